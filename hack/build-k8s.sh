@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Build the real Kubernetes control-plane binaries (etcd, kube-apiserver,
+# kube-controller-manager, kubectl) and helm from Go modules into a versioned
+# cache outside the repository. Skips the build when every binary is present
+# and reports the expected version.
+#
+# Why a consumer module: k8s.io/kubernetes requires its staging modules at
+# v0.0.0 with local replaces, which `go install pkg@version` refuses; a
+# consumer module that replaces each staging module with its published
+# v0.X.Y release builds fine (see shared/reference/k8s-test-control-plane.md).
+set -euo pipefail
+
+K8S_VERSION=${K8S_VERSION:-1.37.2}
+ETCD_VERSION=${ETCD_VERSION:-3.7.3}
+HELM_VERSION=${HELM_VERSION:-3.22.0}
+CACHE_ROOT=${THOP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/taskhandler-operator}
+OUT=${K8S_TEST_BINS:-$CACHE_ROOT/k8s/v$K8S_VERSION-etcd$ETCD_VERSION-helm$HELM_VERSION}
+STAGING_VERSION="v0.${K8S_VERSION#1.}"
+MINOR=$(echo "$K8S_VERSION" | cut -d. -f2)
+
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-trimpath
+
+have_all() {
+  for b in etcd kube-apiserver kube-controller-manager kubectl helm; do
+    [ -x "$OUT/$b" ] || return 1
+  done
+  [ -f "$OUT/.complete" ] || return 1
+}
+
+if have_all; then
+  echo "k8s test binaries present in $OUT"
+  exit 0
+fi
+
+command -v go >/dev/null || { echo "build-k8s: the Go toolchain is required (go not found)" >&2; exit 1; }
+mkdir -p "$OUT"
+start=$(date +%s)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/thop-k8s-build.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+
+# --- kube-apiserver, kube-controller-manager, kubectl (one build, shared packages compile once)
+if [ ! -x "$OUT/kube-apiserver" ] || [ ! -x "$OUT/kube-controller-manager" ] || [ ! -x "$OUT/kubectl" ]; then
+  mkdir -p "$WORK/k8s" && cd "$WORK/k8s"
+  go mod init example.invalid/thop-k8s-bins >/dev/null 2>&1
+  go mod edit -go=1.26
+  GOMOD=$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
+  for m in $(awk '$2=="v0.0.0" && $1 ~ /^k8s\.io\// {print $1}' "$GOMOD" | sort -u); do
+    go mod edit -replace="$m=$m@$STAGING_VERSION"
+  done
+  go mod edit -require="k8s.io/kubernetes@v$K8S_VERSION"
+  for c in kube-apiserver kube-controller-manager kubectl; do
+    go mod edit -tool="k8s.io/kubernetes/cmd/$c"
+  done
+  go mod tidy
+  LD="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    LD="$LD -X $pkg.gitVersion=v$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$MINOR -X $pkg.gitTreeState=clean"
+  done
+  go build -ldflags "$LD" -o "$OUT/" \
+    k8s.io/kubernetes/cmd/kube-apiserver \
+    k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kubectl
+fi
+
+# --- etcd (its server/go.mod has replaces, so it must be built as a dependency)
+if [ ! -x "$OUT/etcd" ]; then
+  mkdir -p "$WORK/etcd" && cd "$WORK/etcd"
+  go mod init example.invalid/thop-etcd-bin >/dev/null 2>&1
+  go mod edit -go=1.26 -require="go.etcd.io/etcd/server/v3@v$ETCD_VERSION" -tool=go.etcd.io/etcd/server/v3
+  go mod tidy
+  go build -ldflags "-s -w" -o "$OUT/etcd" go.etcd.io/etcd/server/v3
+fi
+
+# --- helm
+if [ ! -x "$OUT/helm" ]; then
+  mkdir -p "$WORK/helm" && cd "$WORK/helm"
+  go mod init example.invalid/thop-helm-bin >/dev/null 2>&1
+  go mod edit -go=1.26 -require="helm.sh/helm/v3@v$HELM_VERSION" -tool=helm.sh/helm/v3/cmd/helm
+  go mod tidy
+  go build -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$MINOR" \
+    -o "$OUT/helm" helm.sh/helm/v3/cmd/helm
+fi
+
+"$OUT/kube-apiserver" --version
+"$OUT/etcd" --version | head -1
+"$OUT/helm" version --short
+echo "k8s=$K8S_VERSION etcd=$ETCD_VERSION helm=$HELM_VERSION built_seconds=$(( $(date +%s) - start ))" > "$OUT/.complete"
+cat "$OUT/.complete"

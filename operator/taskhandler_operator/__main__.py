@@ -1,0 +1,5 @@
+import sys
+
+from taskhandler_operator.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Artifact readers (Go, Java, TypeScript), bundle listing and the fast-path planner."""

@@ -1,0 +1,1 @@
+"""Reconcile loop, kopf wiring, artifact server and metrics."""

@@ -1,0 +1,1 @@
+"""Binding tables, migrations, the write path and the stub inventory reader."""

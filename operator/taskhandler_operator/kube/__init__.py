@@ -1,0 +1,1 @@
+"""CRD models and generator, probe Job builder, status conditions."""

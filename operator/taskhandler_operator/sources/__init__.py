@@ -1,0 +1,1 @@
+"""Artifact sources (git, http, s3, volume) and the revision store."""

@@ -1,0 +1,7 @@
+"""Shared pytest wiring. Fixtures live in ``tests/fixtures/`` one module per real service."""
+
+from __future__ import annotations
+
+# Each plugin module owns one real part: PostgreSQL with Airflow's schema, the
+# Kubernetes control plane with its process node, the language-runtime builds.
+pytest_plugins: list[str] = []
