@@ -4,4 +4,8 @@ from __future__ import annotations
 
 # Each plugin module owns one real part: PostgreSQL with Airflow's schema, the
 # Kubernetes control plane with its process node, the language-runtime builds.
-pytest_plugins: list[str] = []
+pytest_plugins = [
+    "tests.fixtures.postgres",
+    "tests.fixtures.kube",
+    "tests.fixtures.runtimes",
+]
