@@ -1,0 +1,1 @@
+"""Reproducible benchmarks: each prints a table and writes ``benchmarks/results/<name>.json``."""

@@ -1,0 +1,194 @@
+"""The stub inventory: stub tasks read from Airflow's ``serialized_dag``, incrementally.
+
+A Dag can have several ``serialized_dag`` rows, one per Dag version; the newest (highest
+``dag_version.version_number``) is the one that counts. Airflow may also rewrite that row in
+place, so a row id alone does not say "unchanged": its ``dag_hash`` does.
+
+Each :meth:`StubInventory.refresh` issues one cheap query, ``(dag_id, row id, dag_hash, bundle,
+relative file)`` for every live Dag, compares it with what the previous refresh saw, and only
+then fetches and parses the documents of the Dags that changed (in bounded chunks, parsed in a
+worker thread so the event loop never decodes JSON). The state lives in the
+:class:`StubInventory` object the caller keeps between passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import Text, bindparam, cast, select
+from sqlalchemy.dialects.postgresql import ARRAY, distinct_on
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql import Select
+
+from taskhandler_operator.db.airflow_tables import dag, dag_version, serialized_dag
+from taskhandler_operator.db.engine import translate_errors
+from taskhandler_operator.db.serialized import (
+    DEFAULT_QUEUE,
+    DagStubs,
+    DocumentError,
+    ReadProblem,
+    decode_document,
+    read_stubs,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_FETCH_CHUNK = 200
+
+
+@dataclass(frozen=True)
+class _RowKey:
+    """What the cheap query says about a Dag; any difference means "parse it again"."""
+
+    serialized_id: uuid.UUID
+    dag_hash: str
+    bundle_name: str
+    relative_fileloc: str
+
+
+class InventoryDelta(BaseModel):
+    """What one refresh found: Dags parsed again, Dags gone, and how many were skipped."""
+
+    model_config = ConfigDict(frozen=True)
+
+    changed: tuple[str, ...]
+    removed: tuple[str, ...]
+    unchanged: int
+
+    @property
+    def parsed(self) -> int:
+        return len(self.changed)
+
+
+def newest_rows_query() -> Select[Any]:
+    """The cheap query: the newest serialized row of every live Dag, without its document."""
+    return (
+        select(
+            serialized_dag.c.dag_id,
+            serialized_dag.c.id,
+            serialized_dag.c.dag_hash,
+            dag.c.bundle_name,
+            dag.c.relative_fileloc,
+        )
+        .join(dag_version, dag_version.c.id == serialized_dag.c.dag_version_id)
+        .join(dag, dag.c.dag_id == serialized_dag.c.dag_id)
+        # A stale Dag vanished from its file; Airflow keeps its rows but never schedules it.
+        .where(dag.c.is_stale.is_(False))
+        .order_by(serialized_dag.c.dag_id, dag_version.c.version_number.desc())
+        .ext(distinct_on(serialized_dag.c.dag_id))
+    )
+
+
+def documents_query() -> Select[Any]:
+    """The documents of some serialized rows; jsonb comes back as text, parsed off the loop."""
+    return select(
+        serialized_dag.c.id,
+        serialized_dag.c.dag_hash,
+        cast(serialized_dag.c.data, Text).label("data"),
+        serialized_dag.c.data_compressed,
+    ).where(serialized_dag.c.id == bindparam("ids", type_=ARRAY(serialized_dag.c.id.type)).any_())
+
+
+class StubInventory:
+    """Every live Dag's stub tasks, kept up to date by :meth:`refresh`."""
+
+    def __init__(
+        self,
+        *,
+        default_queue: str = DEFAULT_QUEUE,
+        fetch_chunk: int = DEFAULT_FETCH_CHUNK,
+    ) -> None:
+        if fetch_chunk < 1:
+            raise ValueError("fetch_chunk must be at least 1")
+        self.default_queue = default_queue
+        self.fetch_chunk = fetch_chunk
+        self._seen: dict[str, _RowKey] = {}
+        self._dags: dict[str, DagStubs] = {}
+
+    @property
+    def dags(self) -> Mapping[str, DagStubs]:
+        """The inventory as of the last refresh, by dag_id."""
+        return self._dags
+
+    async def refresh(self, engine: AsyncEngine | AsyncConnection) -> InventoryDelta:
+        """Re-read what changed since the previous refresh (everything, the first time)."""
+        async with translate_errors():
+            if isinstance(engine, AsyncConnection):
+                return await self._refresh(engine)
+            async with engine.connect() as conn:
+                return await self._refresh(conn)
+
+    async def _refresh(self, conn: AsyncConnection) -> InventoryDelta:
+        current: dict[str, _RowKey] = {}
+        for row in (await conn.execute(newest_rows_query())).all():
+            current[row.dag_id] = _RowKey(
+                serialized_id=row.id,
+                dag_hash=row.dag_hash,
+                bundle_name=row.bundle_name,
+                relative_fileloc=row.relative_fileloc or "",
+            )
+        removed = sorted(set(self._seen) - set(current))
+        stale = {dag_id: key for dag_id, key in current.items() if self._seen.get(dag_id) != key}
+
+        parsed: dict[str, tuple[_RowKey, DagStubs]] = {}
+        wanted = sorted(stale.items(), key=lambda item: item[0])
+        for start in range(0, len(wanted), self.fetch_chunk):
+            chunk = dict(wanted[start : start + self.fetch_chunk])
+            by_row = {key.serialized_id: (dag_id, key) for dag_id, key in chunk.items()}
+            rows = (await conn.execute(documents_query(), {"ids": list(by_row)})).all()
+            fetched = [
+                (by_row[row.id][0], by_row[row.id][1], row.dag_hash, row.data, row.data_compressed)
+                for row in rows
+            ]
+            parsed.update(await asyncio.to_thread(_parse_rows, fetched, self.default_queue))
+
+        for dag_id in removed:
+            self._seen.pop(dag_id, None)
+            self._dags.pop(dag_id, None)
+        for dag_id, (key, stubs) in parsed.items():
+            self._seen[dag_id] = key
+            self._dags[dag_id] = stubs
+        # A row that vanished between the two queries is picked up by the next refresh.
+        return InventoryDelta(
+            changed=tuple(sorted(parsed)),
+            removed=tuple(removed),
+            unchanged=len(current) - len(stale),
+        )
+
+
+def _parse_rows(
+    rows: Sequence[tuple[str, _RowKey, str, Any, bytes | None]], default_queue: str
+) -> dict[str, tuple[_RowKey, DagStubs]]:
+    """Decode and read documents; runs in a worker thread."""
+    out: dict[str, tuple[_RowKey, DagStubs]] = {}
+    for dag_id, key, dag_hash, data, data_compressed in rows:
+        # The hash of the document actually read, in case the row changed since the cheap query.
+        seen = _RowKey(key.serialized_id, dag_hash, key.bundle_name, key.relative_fileloc)
+        try:
+            document = decode_document(data, data_compressed)
+        except DocumentError as exc:
+            log.warning("Dag %s: %s", dag_id, exc)
+            stubs = DagStubs(
+                dag_id=dag_id,
+                bundle_name=key.bundle_name,
+                relative_fileloc=key.relative_fileloc,
+                dag_hash=dag_hash,
+                problems=(ReadProblem(message=str(exc)),),
+            )
+        else:
+            stubs = read_stubs(
+                document,
+                dag_id=dag_id,
+                bundle_name=key.bundle_name,
+                relative_fileloc=key.relative_fileloc,
+                dag_hash=dag_hash,
+                default_queue=default_queue,
+            )
+        out[dag_id] = (seen, stubs)
+    return out

@@ -1,0 +1,89 @@
+"""Reading a bundle's stored artifacts back: the fast path's "known artifacts"."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from sqlalchemy import Text, bindparam, select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from taskhandler_operator.db.engine import translate_errors
+from taskhandler_operator.db.tables import artifact_table, probe_table
+from taskhandler_operator.protocol.messages import TaskHandlerArtifact
+
+log = logging.getLogger(__name__)
+
+
+class StoredArtifact(BaseModel):
+    """A stored artifact row with the operator's bookkeeping beside it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    artifact: TaskHandlerArtifact
+    last_probed_at: datetime
+    # The source revision of the last probe, when the operator (not Airflow) probed it.
+    revision: str | None = None
+
+
+async def load_stored_artifacts(
+    engine: AsyncEngine | AsyncConnection, bundle_name: str
+) -> list[StoredArtifact]:
+    """Every artifact row of ``bundle_name``, by relative path.
+
+    A row whose ``task_handlers`` no longer validates (written by some other tool) is skipped
+    with a warning: treated as unknown, the artifact is simply probed again.
+    """
+    a = artifact_table
+    p = probe_table
+    query = (
+        select(
+            a.c.relative_fileloc,
+            a.c.size_bytes,
+            a.c.cache_digest,
+            a.c.task_handlers,
+            a.c.last_probed_at,
+            p.c.revision,
+        )
+        .outerjoin(p, p.c.artifact_id == a.c.id)
+        .where(a.c.bundle_name == bindparam("bundle_name", type_=Text()))
+        .order_by(a.c.relative_fileloc)
+    )
+    async with translate_errors():
+        if isinstance(engine, AsyncConnection):
+            rows = (await engine.execute(query, {"bundle_name": bundle_name})).all()
+        else:
+            async with engine.connect() as conn:
+                rows = (await conn.execute(query, {"bundle_name": bundle_name})).all()
+    stored: list[StoredArtifact] = []
+    for row in rows:
+        try:
+            artifact = TaskHandlerArtifact(
+                bundle_name=bundle_name,
+                relative_fileloc=row.relative_fileloc,
+                size_bytes=row.size_bytes,
+                cache_digest=row.cache_digest,
+                task_handlers=row.task_handlers,
+            )
+        except ValidationError as exc:
+            log.warning(
+                "bundle %s: ignoring stored artifact %s: %s",
+                bundle_name,
+                row.relative_fileloc,
+                exc.errors()[0].get("msg", exc),
+            )
+            continue
+        stored.append(
+            StoredArtifact(
+                artifact=artifact, last_probed_at=row.last_probed_at, revision=row.revision
+            )
+        )
+    return stored
+
+
+async def load_known_artifacts(
+    engine: AsyncEngine | AsyncConnection, bundle_name: str
+) -> list[TaskHandlerArtifact]:
+    """The planner's input: the stored answers of ``bundle_name``."""
+    return [s.artifact for s in await load_stored_artifacts(engine, bundle_name)]

@@ -1,0 +1,180 @@
+"""Run the operator's Alembic migrations (``taskhandler-operator db upgrade``).
+
+One transaction, in this order:
+
+1. take a cluster-wide advisory lock, so a Helm hook and an operator starting at the same time
+   do not migrate twice;
+2. require Airflow's schema (``dag`` and friends): the binding table's FK points into it;
+3. compare each Airflow-named table that already exists with our model; any difference stops
+   the upgrade with the differences named (:class:`SchemaMismatch`), before anything changed;
+4. run Alembic up to ``head`` with the version table ``thop_alembic_version``; revision
+   ``thop0001`` creates only the Airflow-named tables that are missing.
+
+Running it again is a no-op. Alembic is synchronous; async callers use :func:`upgrade_async`,
+which runs the whole thing in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import BigInteger, Connection, bindparam, func, inspect, select
+from sqlalchemy.engine import URL
+
+from taskhandler_operator.db.airflow_tables import REQUIRED_AIRFLOW_TABLES
+from taskhandler_operator.db.engine import (
+    DatabaseError,
+    create_sync_engine,
+    describe,
+    translate_errors_sync,
+)
+from taskhandler_operator.db.schema_check import check_tables, summarize
+from taskhandler_operator.db.tables import AIRFLOW_NAMED_TABLES, VERSION_TABLE, metadata
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+# Any constant distinct from Airflow's own migration lock (which uses a small integer id).
+MIGRATION_LOCK_KEY = 0x7468_6F70_6D69_6772  # "thopmigr"
+
+
+class SchemaMismatch(DatabaseError):
+    """An Airflow-named table exists with a shape the operator cannot use."""
+
+
+class AirflowSchemaMissing(DatabaseError):
+    """The database has no Airflow metadata schema to attach our tables to."""
+
+
+class UpgradeReport(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    database: str
+    before: str | None
+    after: str | None
+    adopted: tuple[str, ...]
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+
+class CheckReport(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    database: str
+    current: str | None
+    head: str
+    missing_tables: tuple[str, ...]
+    differences: dict[str, list[str]]
+
+    @property
+    def ok(self) -> bool:
+        return self.current == self.head and not self.missing_tables and not self.differences
+
+
+def alembic_config() -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return config
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    if head is None:  # pragma: no cover - the history always has a head
+        raise RuntimeError("the migration history has no head")
+    return head
+
+
+def current_revision(conn: Connection) -> str | None:
+    context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+    return context.get_current_revision()
+
+
+def _require_airflow(conn: Connection, database: str) -> None:
+    inspector = inspect(conn)
+    missing = [name for name in REQUIRED_AIRFLOW_TABLES if not inspector.has_table(name)]
+    if missing:
+        raise AirflowSchemaMissing(
+            f"{database} has no Airflow metadata schema (missing table "
+            f"{', '.join(repr(m) for m in missing)}); run `airflow db migrate` against it first"
+        )
+
+
+def upgrade_on(conn: Connection, *, database: str = "", revision: str = "head") -> UpgradeReport:
+    """Upgrade on a connection inside a transaction the caller commits."""
+    conn.execute(
+        select(func.pg_advisory_xact_lock(bindparam("key", type_=BigInteger()))),
+        {"key": MIGRATION_LOCK_KEY},
+    )
+    _require_airflow(conn, database)
+    before = current_revision(conn)
+    differences = check_tables(conn, AIRFLOW_NAMED_TABLES)
+    if differences:
+        table, found = next(iter(differences.items()))
+        raise SchemaMismatch(
+            f"refusing to adopt it: {summarize(table, found)}. The operator needs the shape of "
+            "ADR-0013 Design B (see docs/database.md); fix or drop the table, then run "
+            "`taskhandler-operator db upgrade` again"
+        )
+    inspector = inspect(conn)
+    adopted = tuple(
+        name for name in AIRFLOW_NAMED_TABLES if before is None and inspector.has_table(name)
+    )
+    config = alembic_config()
+    config.attributes["connection"] = conn
+    command.upgrade(config, revision)
+    return UpgradeReport(
+        database=database, before=before, after=current_revision(conn), adopted=adopted
+    )
+
+
+def upgrade(url: str | URL, revision: str = "head") -> UpgradeReport:
+    """Bring the operator's tables to ``revision``; idempotent."""
+    database = describe(url)
+    engine = create_sync_engine(url)
+    try:
+        with translate_errors_sync(), engine.begin() as conn:
+            return upgrade_on(conn, database=database, revision=revision)
+    finally:
+        engine.dispose()
+
+
+async def upgrade_async(url: str | URL, revision: str = "head") -> UpgradeReport:
+    return await asyncio.to_thread(upgrade, url, revision)
+
+
+def downgrade(url: str | URL, revision: str) -> None:
+    """Step the history back (tests and emergencies); adopted Airflow tables are kept."""
+    engine = create_sync_engine(url)
+    try:
+        with translate_errors_sync(), engine.begin() as conn:
+            config = alembic_config()
+            config.attributes["connection"] = conn
+            command.downgrade(config, revision)
+    finally:
+        engine.dispose()
+
+
+def check(url: str | URL) -> CheckReport:
+    """Compare the database with what this version of the operator needs; changes nothing."""
+    database = describe(url)
+    engine = create_sync_engine(url)
+    try:
+        with translate_errors_sync(), engine.connect() as conn:
+            inspector = inspect(conn)
+            ours = sorted(metadata.tables)
+            missing = tuple(name for name in ours if not inspector.has_table(name))
+            return CheckReport(
+                database=database,
+                current=current_revision(conn),
+                head=head_revision(),
+                missing_tables=missing,
+                differences=check_tables(conn, ours),
+            )
+    finally:
+        engine.dispose()

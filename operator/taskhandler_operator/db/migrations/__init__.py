@@ -1,0 +1,1 @@
+"""Alembic history of the operator's tables (version table ``thop_alembic_version``)."""

@@ -1,0 +1,199 @@
+"""SQLAlchemy models of the tables the operator writes.
+
+Two tables carry Airflow's names and follow ADR-0013 "Design B" exactly (columns, types,
+lengths, constraints), so a scheduler written against the ADR reads our rows unchanged:
+
+* ``lang_sdk_task_handler_artifact``: one probed artifact of an artifact bundle and every
+  task handler it declared (the cache the fast path compares against).
+* ``lang_sdk_task_handler``: one binding ``(dag_id, task_id) -> artifact``.
+
+We never add columns to those. Operator-only bookkeeping lives in ``thop_``-prefixed tables:
+
+* ``thop_artifact_probe``: the source revision each artifact was last probed at.
+* ``thop_bundle_problem``: the current problems of each bundle pass (unbound stubs, argument
+  mismatches, unreadable Dags, conflicts with other bundles), which the scheduler read path
+  also uses to explain a missing binding.
+
+The migrations in ``migrations/versions`` create exactly these shapes; a test compares them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    Uuid,
+    func,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from taskhandler_operator.db.airflow_tables import dag as airflow_dag
+from taskhandler_operator.protocol.messages import TaskHandlers
+
+ARTIFACT_TABLE = "lang_sdk_task_handler_artifact"
+BINDING_TABLE = "lang_sdk_task_handler"
+PROBE_TABLE = "thop_artifact_probe"
+PROBLEM_TABLE = "thop_bundle_problem"
+#: Our Alembic history's version table; Airflow keeps its own ``alembic_version``.
+VERSION_TABLE = "thop_alembic_version"
+
+#: Tables carrying Airflow's names: adopted when they already exist with the same shape.
+AIRFLOW_NAMED_TABLES: tuple[str, ...] = (ARTIFACT_TABLE, BINDING_TABLE)
+
+# Lengths Airflow uses for the same concepts elsewhere (dag.dag_id, dag_bundle.name, ...).
+ID_LENGTH = 250
+PATH_LENGTH = 2000
+HASH_LENGTH = 32
+CACHE_DIGEST_LENGTH = 128
+REVISION_LENGTH = 200
+
+metadata = MetaData()
+
+
+def fileloc_hash(relative_fileloc: str) -> str:
+    """The 32-hex MD5 of a relative path, as the ``*_fileloc_hash`` columns hold it.
+
+    A 2000-character path is too long for a portable unique index; its digest is not.
+    """
+    return hashlib.md5(relative_fileloc.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+
+def stored_task_handlers(handlers: TaskHandlers) -> dict[str, list[dict[str, Any]]]:
+    """The ``task_handlers`` column's JSON: Design B declarations as Airflow stores them.
+
+    ``params: null`` is kept (it means "check presence only"); the Design-A-only ``required``
+    key is written only when a runtime sent it.
+    """
+    return {
+        dag_id: [
+            {
+                "task_id": declaration.task_id,
+                "binding": declaration.binding,
+                "params": None
+                if declaration.params is None
+                else [
+                    param.model_dump(
+                        mode="json", exclude={"required"} if param.required is None else set()
+                    )
+                    for param in declaration.params
+                ],
+            }
+            for declaration in declarations
+        ]
+        for dag_id, declarations in handlers.items()
+    }
+
+
+class Base(DeclarativeBase):
+    metadata = metadata
+
+
+class TaskHandlerArtifactRow(Base):
+    __tablename__ = ARTIFACT_TABLE
+    __table_args__ = (
+        PrimaryKeyConstraint("id", name="lang_sdk_task_handler_artifact_pkey"),
+        UniqueConstraint(
+            "bundle_name", "relative_fileloc_hash", name="lsth_artifact_bundle_fileloc_uq"
+        ),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, default=uuid.uuid4)
+    bundle_name: Mapped[str] = mapped_column(String(ID_LENGTH), nullable=False)
+    relative_fileloc: Mapped[str] = mapped_column(String(PATH_LENGTH), nullable=False)
+    relative_fileloc_hash: Mapped[str] = mapped_column(String(HASH_LENGTH), nullable=False)
+    size_bytes: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    cache_digest: Mapped[str | None] = mapped_column(String(CACHE_DIGEST_LENGTH), nullable=True)
+    task_handlers: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    last_probed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class TaskHandlerBindingRow(Base):
+    __tablename__ = BINDING_TABLE
+    __table_args__ = (
+        PrimaryKeyConstraint("dag_id", "task_id", name="lang_sdk_task_handler_pkey"),
+        # The Dag owns its bindings: deleting the dag row reclaims them.
+        ForeignKeyConstraint(
+            ["dag_id"], [airflow_dag.c.dag_id], name="lsth_dag_fkey", ondelete="CASCADE"
+        ),
+        Index("idx_lsth_dag_file", "dag_bundle_name", "dag_relative_fileloc_hash"),
+        Index("idx_lsth_artifact_id", "artifact_id"),
+    )
+
+    dag_id: Mapped[str] = mapped_column(String(ID_LENGTH), nullable=False)
+    task_id: Mapped[str] = mapped_column(String(ID_LENGTH), nullable=False)
+    artifact_id: Mapped[uuid.UUID] = mapped_column(
+        Uuid,
+        ForeignKey(f"{ARTIFACT_TABLE}.id", name="lsth_artifact_fkey"),
+        nullable=False,
+    )
+    dag_bundle_name: Mapped[str] = mapped_column(String(ID_LENGTH), nullable=False)
+    dag_relative_fileloc: Mapped[str] = mapped_column(String(PATH_LENGTH), nullable=False)
+    dag_relative_fileloc_hash: Mapped[str] = mapped_column(String(HASH_LENGTH), nullable=False)
+
+
+class ArtifactProbeRow(Base):
+    """Operator-only: which source revision an artifact's stored answer came from."""
+
+    __tablename__ = PROBE_TABLE
+    __table_args__ = (PrimaryKeyConstraint("artifact_id", name="thop_artifact_probe_pkey"),)
+
+    artifact_id: Mapped[uuid.UUID] = mapped_column(
+        Uuid,
+        ForeignKey(
+            f"{ARTIFACT_TABLE}.id", name="thop_artifact_probe_artifact_fkey", ondelete="CASCADE"
+        ),
+        nullable=False,
+    )
+    revision: Mapped[str | None] = mapped_column(String(REVISION_LENGTH), nullable=True)
+    probed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class BundleProblemRow(Base):
+    """Operator-only: one current problem of one bundle.
+
+    ``problem_key`` is an MD5 over the problem's identity (severity, kind, Dag, task, text), so
+    a pass that finds the same problems again writes nothing and ``first_seen_at`` survives.
+    """
+
+    __tablename__ = PROBLEM_TABLE
+    __table_args__ = (
+        PrimaryKeyConstraint("bundle_name", "problem_key", name="thop_bundle_problem_pkey"),
+        Index("idx_thop_problem_task", "dag_id", "task_id"),
+        Index("idx_thop_problem_other_bundle", "other_bundle"),
+    )
+
+    bundle_name: Mapped[str] = mapped_column(String(ID_LENGTH), nullable=False)
+    problem_key: Mapped[str] = mapped_column(String(HASH_LENGTH), nullable=False)
+    severity: Mapped[str] = mapped_column(String(16), nullable=False)
+    kind: Mapped[str] = mapped_column(String(32), nullable=False)
+    dag_id: Mapped[str | None] = mapped_column(String(ID_LENGTH), nullable=True)
+    task_id: Mapped[str | None] = mapped_column(String(ID_LENGTH), nullable=True)
+    relative_fileloc: Mapped[str | None] = mapped_column(String(PATH_LENGTH), nullable=True)
+    message: Mapped[str] = mapped_column(Text, nullable=False)
+    # For a conflict: the bundle whose artifact holds the binding, so it can report it too.
+    other_bundle: Mapped[str | None] = mapped_column(String(ID_LENGTH), nullable=True)
+    first_seen_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+
+
+# Core handles for the bulk statements of the write and read paths.
+artifact_table: Table = metadata.tables[ARTIFACT_TABLE]
+binding_table: Table = metadata.tables[BINDING_TABLE]
+probe_table: Table = metadata.tables[PROBE_TABLE]
+problem_table: Table = metadata.tables[PROBLEM_TABLE]

@@ -1,0 +1,83 @@
+"""URL handling and error classification (no server needed)."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy.exc
+
+from taskhandler_operator.db.engine import (
+    DatabaseUnavailable,
+    InvalidDatabaseUrl,
+    TransactionConflict,
+    classify,
+    describe,
+    normalize_url,
+)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u:p@h:5432/airflow",
+        "postgresql+psycopg2://u:p@h:5432/airflow",
+        "postgresql+psycopg://u:p@h:5432/airflow",
+        "postgres://u:p@h:5432/airflow",
+    ],
+)
+def test_postgres_spellings_use_psycopg3(url: str) -> None:
+    normalized = normalize_url(url)
+    assert normalized.drivername == "postgresql+psycopg"
+    assert (normalized.host, normalized.port, normalized.database) == ("h", 5432, "airflow")
+
+
+def test_other_databases_are_refused() -> None:
+    with pytest.raises(InvalidDatabaseUrl) as caught:
+        normalize_url("mysql://u:secret@h/airflow")
+    assert str(caught.value) == (
+        "the operator needs PostgreSQL, got a 'mysql' URL (mysql://u:***@h/airflow)"
+    )
+
+
+def test_garbage_url_is_refused() -> None:
+    with pytest.raises(InvalidDatabaseUrl) as caught:
+        normalize_url("not a url")
+    assert str(caught.value).startswith("not a database URL: ")
+
+
+def test_describe_hides_the_password() -> None:
+    assert describe("postgresql://u:secret@db:5433/airflow") == "db:5433/airflow"
+
+
+class _Orig(Exception):
+    def __init__(self, message: str, sqlstate: str | None) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+def _dbapi(cls: type[sqlalchemy.exc.DBAPIError], message: str, sqlstate: str | None) -> Exception:
+    return cls("SELECT 1", {}, _Orig(message, sqlstate))
+
+
+def test_deadlock_and_serialization_failures_are_conflicts() -> None:
+    for state in ("40001", "40P01"):
+        typed = classify(
+            _dbapi(sqlalchemy.exc.OperationalError, "deadlock detected\nDETAIL: x", state)
+        )
+        assert isinstance(typed, TransactionConflict)
+        assert str(typed) == f"transaction aborted by PostgreSQL ({state}): deadlock detected"
+        assert typed.retryable
+
+
+def test_operational_errors_are_unavailability() -> None:
+    typed = classify(_dbapi(sqlalchemy.exc.OperationalError, "connection refused", "08006"))
+    assert isinstance(typed, DatabaseUnavailable)
+    assert str(typed) == "database unavailable: connection refused"
+
+
+def test_programming_errors_are_not_retryable() -> None:
+    assert classify(_dbapi(sqlalchemy.exc.ProgrammingError, "syntax error", "42601")) is None
+    assert classify(ValueError("x")) is None
+
+
+def test_os_level_connection_errors_are_unavailability() -> None:
+    assert isinstance(classify(ConnectionResetError("reset")), DatabaseUnavailable)

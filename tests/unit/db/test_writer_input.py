@@ -1,0 +1,123 @@
+"""The write path's input checks and keys (no database)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from taskhandler_operator.db.tables import fileloc_hash, stored_task_handlers
+from taskhandler_operator.db.writer import (
+    ArtifactRecord,
+    BundlePass,
+    bundle_lock_key,
+    problem_key,
+)
+from taskhandler_operator.protocol.messages import (
+    TaskHandlerArtifact,
+    TaskHandlerBinding,
+    TaskHandlerDeclaration,
+    TaskHandlerParam,
+)
+from taskhandler_operator.validation import DagVerdict, Problem
+
+
+def record(path: str, bundle: str = "b") -> ArtifactRecord:
+    return ArtifactRecord(
+        artifact=TaskHandlerArtifact(bundle_name=bundle, relative_fileloc=path, size_bytes=1)
+    )
+
+
+def verdict(dag_id: str, *bindings: tuple[str, str, str, str]) -> DagVerdict:
+    return DagVerdict(
+        dag_id=dag_id,
+        bundle_name="dags-folder",
+        relative_fileloc=f"{dag_id}.py",
+        bindings=tuple(
+            TaskHandlerBinding(dag_id=d, task_id=t, artifact_bundle_name=b, artifact_rel_path=p)
+            for d, t, b, p in bindings
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"artifacts": (record("a.jar", bundle="other"),)},
+            "artifact 'a.jar' belongs to bundle 'other', not 'b'",
+        ),
+        ({"artifacts": (record("a.jar"), record("a.jar"))}, "artifact 'a.jar' is listed twice"),
+        ({"verdicts": (verdict("d"), verdict("d"))}, "Dag 'd' has two verdicts"),
+        (
+            {
+                "verdicts": (verdict("d", ("x", "t", "b", "a.jar")),),
+                "artifacts": (record("a.jar"),),
+            },
+            "Dag 'd' carries a binding of Dag 'x'",
+        ),
+        (
+            {
+                "verdicts": (verdict("d", ("d", "t", "z", "a.jar")),),
+                "artifacts": (record("a.jar"),),
+            },
+            "Dag 'd', task 't' is bound to bundle 'z', not 'b'",
+        ),
+        (
+            {"verdicts": (verdict("d", ("d", "t", "b", "gone.jar")),)},
+            "Dag 'd', task 't' is bound to 'gone.jar', which is not among the pass's artifacts",
+        ),
+    ],
+)
+def test_inconsistent_passes_are_refused(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        BundlePass(bundle_name="b", **kwargs)
+    assert caught.value.errors()[0]["msg"] == f"Value error, {message}"
+
+
+def test_problem_key_is_stable_and_distinguishes() -> None:
+    p = Problem(severity="error", kind="unbound", message="m", dag_id="d", task_id="t")
+    assert problem_key(p) == problem_key(p.model_copy())
+    assert len(problem_key(p)) == 32
+    assert problem_key(p) != problem_key(p.model_copy(update={"severity": "warning"}))
+    assert problem_key(p) != problem_key(p.model_copy(update={"message": "n"}))
+
+
+def test_bundle_lock_key_is_a_signed_64_bit_constant() -> None:
+    key = bundle_lock_key("java")
+    assert key == bundle_lock_key("java") != bundle_lock_key("go")
+    assert -(2**63) <= key < 2**63
+
+
+def test_fileloc_hash_is_md5_hex_of_utf8() -> None:
+    assert fileloc_hash("etl.py") == "2eab6485ceae00be7385d6a3fc438b82"
+    assert fileloc_hash("dags/ü.py") == "1a10a9c68d13b1eb3f0a794426ac50cd"
+
+
+def test_stored_task_handlers_keep_design_b_shape() -> None:
+    handlers = {
+        "etl": [
+            TaskHandlerDeclaration(task_id="a", binding="named", params=None),
+            TaskHandlerDeclaration(
+                task_id="b",
+                params=[
+                    TaskHandlerParam(name=None, value_schema={"type": "string"}),
+                    TaskHandlerParam(name="x", required=False),
+                ],
+            ),
+        ]
+    }
+    assert stored_task_handlers(handlers) == {
+        "etl": [
+            {"task_id": "a", "binding": "named", "params": None},
+            {
+                "task_id": "b",
+                "binding": "positional",
+                "params": [
+                    {"name": None, "value_schema": {"type": "string"}, "exact_name": False},
+                    {"name": "x", "value_schema": None, "exact_name": False, "required": False},
+                ],
+            },
+        ]
+    }
