@@ -1,0 +1,276 @@
+"""List the candidate artifacts of a bundle root, without ever hashing an artifact.
+
+The walk is deterministic (each directory's entries in sorted order, depth first),
+reads nothing outside the root (a symlink leaving it is reported, not followed),
+survives symlink loops, and lists a file reached through several paths once, under
+the first path walked. A :class:`ListingCache` lets an unchanged tree be relisted
+with one ``stat`` per file and no reads.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from taskhandler_operator.artifacts import go, java, typescript
+from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile
+
+Reader = Callable[[OpenFile, str], Candidate | None]
+
+READERS: dict[Language, Reader] = {
+    Language.GO: go.read_candidate,
+    Language.JAVA: java.read_candidate,
+    Language.TYPESCRIPT: typescript.read_candidate,
+}
+
+
+def _may_be_artifact(language: Language, name: str, size: int) -> bool:
+    """Cheap filter on name and size, so most unrelated files are never opened."""
+    if language is Language.JAVA:
+        return name.endswith(java.SUFFIX)
+    if language is Language.TYPESCRIPT:
+        return name.endswith(typescript.SUFFIX) and size >= len(typescript.LAYOUT_PREFIX)
+    return size >= go.FOOTER_SIZE
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Something in the tree the listing refused or could not read; worth telling the user."""
+
+    rel_path: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class WalkedFile:
+    rel_path: str  # POSIX path from the root, through any symlinks walked
+    real_path: str  # symlinks resolved, inside the root (a str: Path costs on the hot path)
+    stat: os.stat_result
+
+    @property
+    def path(self) -> Path:
+        return Path(self.real_path)
+
+
+@dataclass
+class Walk:
+    files: list[WalkedFile] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+
+def walk_files(root: Path) -> Walk:
+    """Every regular file under ``root`` in deterministic order, never leaving the root."""
+    walk = Walk()
+    for item in _walk(root.resolve(strict=True), walk.problems):
+        walk.files.append(item)
+    return walk
+
+
+def _walk(root: Path, problems: list[Problem]) -> Iterator[WalkedFile]:
+    root_stat = root.stat()
+    seen_dirs = {(root_stat.st_dev, root_stat.st_ino)}
+    seen_files: set[tuple[int, int]] = set()
+    # Depth-first with an explicit stack so a very deep tree cannot exhaust recursion.
+    stack: list[Iterator[tuple[str, str]]] = [_entries(str(root), "", problems)]
+    while stack:
+        step = next(stack[-1], None)
+        if step is None:
+            stack.pop()
+            continue
+        entry_path, rel_path = step
+        resolved = _resolve(root, entry_path, rel_path, problems)
+        if resolved is None:
+            continue
+        real, st = resolved
+        key = (st.st_dev, st.st_ino)
+        if stat.S_ISDIR(st.st_mode):
+            if key not in seen_dirs:  # a loop or a second way into a folder already walked
+                seen_dirs.add(key)
+                stack.append(_entries(real, rel_path + "/", problems))
+        elif stat.S_ISREG(st.st_mode) and key not in seen_files:
+            seen_files.add(key)
+            yield WalkedFile(rel_path, real, st)
+        # sockets, FIFOs and devices are never artifacts
+
+
+def _entries(directory: str, prefix: str, problems: list[Problem]) -> Iterator[tuple[str, str]]:
+    try:
+        with os.scandir(directory) as scan:
+            entries = sorted((entry.name, entry.path) for entry in scan)
+    except OSError as exc:
+        problems.append(Problem(prefix.rstrip("/") or ".", f"cannot read this folder: {exc}"))
+        return
+    for name, path in entries:
+        yield path, prefix + name
+
+
+def _resolve(
+    root: Path, entry_path: str, rel_path: str, problems: list[Problem]
+) -> tuple[str, os.stat_result] | None:
+    """(real path, stat) of an entry, following a symlink only when it stays in the root."""
+    try:
+        st = os.lstat(entry_path)
+    except OSError:
+        return None  # vanished since the folder was read
+    if not stat.S_ISLNK(st.st_mode):
+        return entry_path, st
+    try:
+        target = Path(entry_path).resolve(strict=True)
+    except (OSError, RuntimeError) as exc:  # dangling, a loop, or unreadable on the way
+        problems.append(Problem(rel_path, f"symlink cannot be resolved, skipped ({exc})"))
+        return None
+    if not target.is_relative_to(root):
+        problems.append(
+            Problem(rel_path, f"symlink points outside the bundle root ({target}), not followed")
+        )
+        return None
+    try:
+        return str(target), target.stat()
+    except OSError:
+        return None
+
+
+# -- cache ---------------------------------------------------------------------------------
+
+_CacheKey = tuple[str, int, int, int, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class _CachedAnswer:
+    rel_path: str
+    candidate: Candidate | None  # None: the reader skipped the file
+
+
+class ListingCache:
+    """Reader answers keyed by (language, device, inode, size, mtime_ns, ctime_ns).
+
+    Any write, rename-over or ``chmod`` changes mtime or ctime, so a hit means the
+    file is the one read before. A file whose timestamps are too recent is not
+    cached: a change within the filesystem's timestamp granularity could otherwise
+    go unseen (git's "racily clean" problem). Entries are evicted least recently used.
+    """
+
+    def __init__(self, max_entries: int = 100_000, racy_window_ns: int = 2_000_000_000) -> None:
+        self.max_entries = max_entries
+        self.racy_window_ns = racy_window_ns
+        self._answers: OrderedDict[_CacheKey, _CachedAnswer] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._answers)
+
+    @staticmethod
+    def key(language: Language, st: os.stat_result) -> _CacheKey:
+        return (
+            language.value,
+            st.st_dev,
+            st.st_ino,
+            st.st_size,
+            st.st_mtime_ns,
+            st.st_ctime_ns,
+        )
+
+    def get(self, key: _CacheKey, rel_path: str) -> _CachedAnswer | None:
+        answer = self._answers.get(key)
+        # Messages name the file, so an answer is reused only under the same path.
+        if answer is None or answer.rel_path != rel_path:
+            return None
+        self._answers.move_to_end(key)
+        return answer
+
+    def put(self, key: _CacheKey, answer: _CachedAnswer, now_ns: int) -> None:
+        newest = max(key[4], key[5])
+        if newest >= now_ns - self.racy_window_ns:
+            return
+        self._answers[key] = answer
+        self._answers.move_to_end(key)
+        while len(self._answers) > self.max_entries:
+            self._answers.popitem(last=False)
+
+
+# -- listing -------------------------------------------------------------------------------
+
+
+@dataclass
+class ListingStats:
+    files_walked: int = 0
+    files_opened: int = 0
+    cache_hits: int = 0
+    bytes_read: int = 0
+    # bytes read per opened file, by rel_path (what the listing cost, file by file)
+    bytes_by_file: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class ListingResult:
+    candidates: list[Candidate]
+    problems: list[Problem]
+    stats: ListingStats
+
+
+def list_candidates(
+    root: Path, language: Language, cache: ListingCache | None = None
+) -> ListingResult:
+    """The candidates of ``language`` under ``root``, in walk order.
+
+    Unreadable and unrelated files are skipped; refused symlinks and unreadable
+    folders are reported in ``problems``. Raises OSError if ``root`` is not a folder.
+    """
+    real_root = root.resolve(strict=True)
+    if not real_root.is_dir():
+        raise NotADirectoryError(f"{root} is not a folder")
+    reader = READERS[language]
+    stats = ListingStats()
+    problems: list[Problem] = []
+    candidates: list[Candidate] = []
+    now_ns = time.time_ns()
+    for item in _walk(real_root, problems):
+        stats.files_walked += 1
+        name = item.rel_path.rsplit("/", 1)[-1]
+        if not _may_be_artifact(language, name, item.stat.st_size):
+            continue
+        key = ListingCache.key(language, item.stat)
+        cached = cache.get(key, item.rel_path) if cache is not None else None
+        if cached is not None:
+            stats.cache_hits += 1
+            candidate = cached.candidate
+        else:
+            opened = _read(reader, language, item, stats)
+            if opened is None:
+                continue
+            candidate, key = opened
+            if cache is not None:
+                cache.put(key, _CachedAnswer(item.rel_path, candidate), now_ns)
+        if candidate is not None:
+            candidates.append(candidate)
+    return ListingResult(candidates, problems, stats)
+
+
+def _read(
+    reader: Reader, language: Language, item: WalkedFile, stats: ListingStats
+) -> tuple[Candidate | None, _CacheKey] | None:
+    """Run the reader on the file; None when it cannot be opened or changed under us."""
+    try:
+        f = OpenFile.open(item.path, follow_symlinks=False)
+    except OSError:
+        return None
+    with f:
+        # The walk's stat and the open file must be the same file, or the walk raced a rename.
+        if (f.stat.st_dev, f.stat.st_ino) != (item.stat.st_dev, item.stat.st_ino):
+            return None
+        stats.files_opened += 1
+        try:
+            candidate = reader(f, item.rel_path)
+        except OSError:
+            candidate = None
+        finally:
+            stats.bytes_read += f.bytes_read
+            stats.bytes_by_file[item.rel_path] = f.bytes_read
+        if candidate is not None and candidate.rel_path != item.rel_path:
+            candidate = replace(candidate, rel_path=item.rel_path)
+        # Cache under what was read (fstat of the open file), not the walk's earlier stat.
+        return candidate, ListingCache.key(language, f.stat)

@@ -1,0 +1,84 @@
+"""The fast path: which candidates reuse a recorded answer, which are probed, which rejected.
+
+Pure data in, pure data out (reference airflow-langsdk.md §8.3). Each candidate is
+decided on its own, in listing order:
+
+* a candidate with a listing error is rejected, even when a record matches it;
+* same relative path, same size and the same non-null stored digest as a known
+  artifact of the bundle: cached, the whole recorded answer is reused;
+* anything else is probed, including a candidate that stores no digest.
+
+Modification times are never consulted: a re-synced bundle has new mtimes and the
+same content, and a stored digest is what says "unchanged".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+from taskhandler_operator.artifacts.models import Candidate
+
+
+class KnownArtifactLike(Protocol):
+    """Anything shaped like Airflow's ``TaskHandlerArtifact`` (a DB row, a pydantic model)."""
+
+    @property
+    def bundle_name(self) -> str: ...
+    @property
+    def relative_fileloc(self) -> str: ...
+    @property
+    def size_bytes(self) -> int: ...
+    @property
+    def cache_digest(self) -> str | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class KnownArtifact:
+    """A previous probe answer: one ``lang_sdk_task_handler_artifact`` row as plain data."""
+
+    bundle_name: str
+    relative_fileloc: str
+    size_bytes: int
+    cache_digest: str | None
+    task_handlers: Mapping[str, Any] = field(default_factory=dict)
+
+
+K = TypeVar("K", bound=KnownArtifactLike)
+
+
+@dataclass(frozen=True)
+class ProbePlan(Generic[K]):
+    cached: list[tuple[Candidate, K]]
+    probe: list[Candidate]
+    rejected: list[Candidate]
+
+
+def plan_probes(
+    candidates: Iterable[Candidate], known: Iterable[K], bundle_name: str
+) -> ProbePlan[K]:
+    """Split ``candidates`` of ``bundle_name`` into cached, probe and rejected."""
+    by_path: dict[str, K] = {}
+    for artifact in known:
+        if artifact.bundle_name == bundle_name:
+            # The table is unique per (bundle, path); keep the first if a caller repeats one.
+            by_path.setdefault(artifact.relative_fileloc, artifact)
+    cached: list[tuple[Candidate, K]] = []
+    probe: list[Candidate] = []
+    rejected: list[Candidate] = []
+    for candidate in candidates:
+        if candidate.error is not None:
+            rejected.append(candidate)
+            continue
+        record = by_path.get(candidate.rel_path)
+        if (
+            candidate.cache_digest is not None
+            and record is not None
+            and record.size_bytes == candidate.size_bytes
+            and record.cache_digest == candidate.cache_digest
+        ):
+            cached.append((candidate, record))
+        else:
+            probe.append(candidate)
+    return ProbePlan(cached, probe, rejected)

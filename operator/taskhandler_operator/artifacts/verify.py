@@ -1,0 +1,94 @@
+"""The full integrity check a probe or a worker runs before it executes an artifact.
+
+Listing only reads what identifies an artifact and trusts its stored digest; this
+module recomputes every hash the format records and resolves the supervisor schema
+version the runtime speaks. It raises :class:`ArtifactVerificationError` with a
+message naming the file and the failing region or rule.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from taskhandler_operator.artifacts import go, java, typescript
+from taskhandler_operator.artifacts.listing import walk_files
+from taskhandler_operator.artifacts.models import (
+    ArtifactVerificationError,
+    Language,
+    VerifiedArtifact,
+)
+
+__all__ = [
+    "ArtifactVerificationError",
+    "VerifiedArtifact",
+    "guess_language",
+    "verify_artifact",
+]
+
+
+def guess_language(path: Path) -> Language:
+    """The language a file name implies: ``.jar``, ``.min.mjs``, else a Go executable."""
+    if path.name.endswith(java.SUFFIX):
+        return Language.JAVA
+    if path.name.endswith(typescript.SUFFIX):
+        return Language.TYPESCRIPT
+    return Language.GO
+
+
+def verify_artifact(
+    path: Path, language: Language, bundle_root: Path | None = None
+) -> VerifiedArtifact:
+    """Verify ``path``; for Java, ``bundle_root`` (default: its folder) gives the classpath.
+
+    With a ``bundle_root`` the artifact must resolve inside it, and messages name it by
+    its path relative to the root.
+    """
+    try:
+        resolved = path.resolve(strict=True)
+    except (OSError, RuntimeError) as exc:
+        raise ArtifactVerificationError(f"{path}: is not a file ({exc})") from None
+    if not resolved.is_file():
+        raise ArtifactVerificationError(f"{path}: is not a file")
+    root = _resolve_root(bundle_root, resolved)
+    if bundle_root is not None:
+        if not resolved.is_relative_to(root):
+            raise ArtifactVerificationError(
+                f"{path}: resolves to {resolved}, outside the bundle root {root}"
+            )
+        name = resolved.relative_to(root).as_posix()
+    else:
+        name = str(path)
+
+    if language is Language.GO:
+        return go.verify_file(resolved, name)
+    if language is Language.TYPESCRIPT:
+        return typescript.verify_file(resolved, name)
+    classpath = _classpath(root, resolved)
+    return java.verify_file(resolved, name, classpath)
+
+
+def _resolve_root(bundle_root: Path | None, resolved: Path) -> Path:
+    if bundle_root is None:
+        return resolved.parent
+    try:
+        return bundle_root.resolve(strict=True)
+    except (OSError, RuntimeError) as exc:
+        raise ArtifactVerificationError(
+            f"bundle root {bundle_root} is not usable ({exc})"
+        ) from None
+
+
+def _classpath(root: Path, artifact: Path) -> list[tuple[str, Path]]:
+    """Every ``*.jar`` under the root, sorted by POSIX relative path, as the JVM would get it."""
+    jars = [
+        (item.rel_path, item.path)
+        for item in walk_files(root).files
+        if item.rel_path.endswith(java.SUFFIX)
+    ]
+    jars.sort(key=lambda pair: pair[0])
+    if not any(p == artifact for _rel, p in jars):
+        # A JAR reached only through a symlink is listed under its link path; make sure the
+        # artifact itself is always on its own classpath.
+        jars.append((artifact.relative_to(root).as_posix(), artifact))
+        jars.sort(key=lambda pair: pair[0])
+    return jars

@@ -1,0 +1,466 @@
+"""Java JARs: manifest parsing, listing and verification rules, reference airflow-langsdk.md §4."""
+
+from __future__ import annotations
+
+import struct
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from taskhandler_operator.artifacts import java
+from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile
+from taskhandler_operator.artifacts.verify import ArtifactVerificationError, verify_artifact
+from tests.fixtures.packers import fold_manifest_line, render_manifest, write_jar
+from tests.unit.artifacts.helpers import flip, read_with
+
+DIGEST = "0123456789abcdef" * 4
+HANDLER = {
+    "Main-Class": "org.example.Handlers",
+    "Airflow-Cache-Digest": DIGEST,
+    "Airflow-Supervisor-Schema-Version": "2026-10-30",
+}
+
+
+def _handler_jar(root: Path, name: str = "handlers.jar", **overrides: str) -> Path:
+    manifest = {**HANDLER, **overrides}
+    return write_jar(
+        root / name,
+        manifest=manifest,
+        entries={"org/example/Handlers.class": b"\xca\xfe\xba\xbe" * 50},
+    )
+
+
+# -- manifest parsing ----------------------------------------------------------------------
+
+
+def test_main_section_parsing_rules() -> None:
+    raw = (
+        b"Manifest-Version: 1.0\r\n"
+        b"Main-Class: a.b.\r\n"
+        b" C\r\n"  # continuation: one leading space removed
+        b"Created-By:  two spaces\n"  # only one space after the colon is stripped
+        b"X-Empty:\r"
+        b"  No-Colon-Continuation\n"
+        b"broken line without colon\n"
+        b"\r\n"
+        b"Name: per/entry/Section.class\r\n"
+        b"Main-Class: not.the.Main\r\n"
+    )
+    attributes = java.parse_main_section(raw)
+    assert attributes["main-class"] == "a.b.C"
+    assert attributes["created-by"] == " two spaces"
+    assert attributes["x-empty"] == "No-Colon-Continuation"  # unfolded, then one space removed
+    assert "name" not in attributes  # after the first empty line: per-entry sections
+
+
+def test_folding_splits_utf8_and_unfolds_before_decoding() -> None:
+    value = "é" * 60  # 120 bytes: the 72-byte fold falls inside a two-byte character
+    folded = fold_manifest_line(f"X-Texts: {value}".encode())  # odd-length prefix
+    first = folded.split(b"\r\n")[0]
+    assert len(first) == 72
+    with pytest.raises(UnicodeDecodeError):
+        first.decode()
+    assert java.parse_main_section(folded)["x-texts"] == value
+
+
+def test_every_folded_line_is_at_most_72_bytes() -> None:
+    text = render_manifest({"Class-Path": " ".join(f"lib/dependency-{i}.jar" for i in range(50))})
+    assert all(len(line) <= 72 for line in text.split(b"\r\n"))
+    assert java.parse_main_section(text)["class-path"].startswith("lib/dependency-0.jar lib/")
+
+
+def test_names_are_case_insensitive_and_last_wins() -> None:
+    attributes = java.parse_main_section(b"MAIN-CLASS: a\r\nmain-class: b\r\n")
+    assert attributes == {"main-class": "b"}
+
+
+def test_invalid_utf8_is_replaced_not_fatal() -> None:
+    assert java.parse_main_section(b"Main-Class: a\xff\r\n")["main-class"] == "a\ufffd"
+
+
+# -- listing -------------------------------------------------------------------------------
+
+
+def test_handler_jar_is_a_candidate(tmp_path: Path) -> None:
+    path = _handler_jar(tmp_path)
+    assert read_with(java.read_candidate, path, "lib/handlers.jar") == Candidate(
+        "lib/handlers.jar", path.stat().st_size, DIGEST
+    )
+
+
+def test_dependency_with_main_class_but_no_digest_is_skipped(tmp_path: Path) -> None:
+    path = write_jar(tmp_path / "spark-core.jar", manifest={"Main-Class": "org.apache.spark.Main"})
+    assert read_with(java.read_candidate, path) is None
+
+
+def test_digest_without_main_class_is_listed_with_the_reference_error(tmp_path: Path) -> None:
+    path = write_jar(tmp_path / "h.jar", manifest={"Airflow-Cache-Digest": DIGEST})
+    candidate = read_with(java.read_candidate, path, "lib/h.jar")
+    assert candidate == Candidate(
+        "lib/h.jar",
+        path.stat().st_size,
+        DIGEST,
+        "lib/h.jar has an Airflow-Cache-Digest manifest attribute but no Main-Class",
+    )
+
+
+def test_digest_longer_than_128_becomes_none(tmp_path: Path) -> None:
+    path = _handler_jar(tmp_path, **{"Airflow-Cache-Digest": "f" * 129})
+    candidate = read_with(java.read_candidate, path)
+    assert candidate is not None and candidate.cache_digest is None and candidate.error is None
+
+
+def test_empty_digest_is_a_candidate_without_digest(tmp_path: Path) -> None:
+    path = _handler_jar(tmp_path, **{"Airflow-Cache-Digest": ""})
+    candidate = read_with(java.read_candidate, path)
+    assert candidate is not None and candidate.cache_digest is None
+
+
+def test_non_jar_name_is_skipped(tmp_path: Path) -> None:
+    path = _handler_jar(tmp_path, "handlers.zip")
+    assert read_with(java.read_candidate, path) is None
+
+
+def test_stored_manifest_is_read(tmp_path: Path) -> None:
+    path = write_jar(tmp_path / "h.jar", manifest=HANDLER, compression=zipfile.ZIP_STORED)
+    assert read_with(java.read_candidate, path) is not None
+
+
+def test_manifest_found_after_many_entries(tmp_path: Path) -> None:
+    path = tmp_path / "late.jar"
+    with zipfile.ZipFile(path, "w") as jar:
+        for i in range(3000):
+            jar.writestr(f"pkg/C{i}.class", b"x")
+        jar.writestr("META-INF/MANIFEST.MF", render_manifest(HANDLER))
+    candidate = read_with(java.read_candidate, path)
+    assert candidate is not None and candidate.cache_digest == DIGEST
+
+
+def test_manifest_near_the_front_costs_few_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "big.jar"
+    with zipfile.ZipFile(path, "w") as jar:
+        jar.writestr("META-INF/MANIFEST.MF", render_manifest(HANDLER))
+        for i in range(20_000):
+            jar.writestr(f"pkg/C{i}.class", b"x")
+    with OpenFile.open(path) as f:
+        assert java.read_candidate(f, "big.jar") is not None
+        assert f.bytes_read < 4096 < path.stat().st_size // 100
+
+
+def test_archive_comment_and_prepended_launcher_are_tolerated(tmp_path: Path) -> None:
+    inner = _handler_jar(tmp_path / "src")
+    with zipfile.ZipFile(inner, "a") as jar:
+        jar.comment = b"built by a test" * 10
+    path = tmp_path / "launcher.jar"
+    path.write_bytes(b"#!/bin/sh\nexec java -jar $0\n" + inner.read_bytes())
+    candidate = read_with(java.read_candidate, path)
+    assert candidate is not None and candidate.cache_digest == DIGEST
+
+
+def _to_zip64(path: Path) -> None:
+    """Rewrite the end records as zip64 (EOCD fields 0xFFFF..., a zip64 record and locator)."""
+    data = path.read_bytes()
+    eocd_at = data.rindex(b"PK\x05\x06")
+    _sig, _disk, _cd_disk, n_disk, n_total, cd_size, cd_offset, _clen = struct.unpack(
+        "<4sHHHHIIH", data[eocd_at : eocd_at + 22]
+    )
+    record64 = struct.pack(
+        "<4sQHHIIQQQQ", b"PK\x06\x06", 44, 45, 45, 0, 0, n_disk, n_total, cd_size, cd_offset
+    )
+    locator = struct.pack("<4sIQI", b"PK\x06\x07", 0, eocd_at, 1)
+    eocd = struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0)
+    path.write_bytes(data[:eocd_at] + record64 + locator + eocd)
+
+
+def test_zip64_end_records_are_read(tmp_path: Path) -> None:
+    path = _handler_jar(tmp_path)
+    _to_zip64(path)
+    with zipfile.ZipFile(path) as check:  # the rewrite is a valid zip64 archive
+        assert "META-INF/MANIFEST.MF" in check.namelist()
+    candidate = read_with(java.read_candidate, path)
+    assert candidate is not None and candidate.cache_digest == DIGEST
+
+
+def _patch_central_manifest(path: Path, offset_in_header: int, value: bytes) -> None:
+    """Overwrite a field of the manifest's central-directory header."""
+    data = bytearray(path.read_bytes())
+    name_at = data.rindex(b"META-INF/MANIFEST.MF")
+    header = name_at - 46
+    assert data[header : header + 4] == b"PK\x01\x02"
+    data[header + offset_in_header : header + offset_in_header + len(value)] = value
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    ("patch", "reason"),
+    [
+        ((8, struct.pack("<H", 0x1)), "the manifest entry is encrypted"),
+        ((10, struct.pack("<H", 14)), "the manifest uses unsupported compression method 14"),
+        ((16, struct.pack("<I", 0)), "the manifest's CRC-32 does not match the central directory"),
+        (
+            (24, struct.pack("<I", 64 << 20)),
+            "the manifest declares 67108864 bytes, more than the 4194304-byte limit",
+        ),
+    ],
+)
+def test_unreadable_manifests_are_skipped_with_a_reason(
+    tmp_path: Path, patch: tuple[int, bytes], reason: str
+) -> None:
+    path = _handler_jar(tmp_path)
+    _patch_central_manifest(path, *patch)
+    assert read_with(java.read_candidate, path) is None
+    with OpenFile.open(path) as f, pytest.raises(java.ZipFormatError, match=f"^{reason}$"):
+        java.read_manifest(f)
+
+
+def test_corrupt_deflate_data_is_skipped(tmp_path: Path) -> None:
+    path = _handler_jar(tmp_path)
+    data = bytearray(path.read_bytes())
+    start = data.index(b"META-INF/MANIFEST.MF") + len(b"META-INF/MANIFEST.MF")
+    for i in range(start, start + 8):
+        data[i] = 0xFF
+    path.write_bytes(bytes(data))
+    assert read_with(java.read_candidate, path) is None
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"", "too small to be a zip archive"),
+        (b"not a zip file at all, just text " * 3, "no end-of-central-directory record"),
+    ],
+)
+def test_non_zip_files_are_skipped(tmp_path: Path, content: bytes, reason: str) -> None:
+    path = tmp_path / "fake.jar"
+    path.write_bytes(content)
+    assert read_with(java.read_candidate, path) is None
+    with OpenFile.open(path) as f, pytest.raises(java.ZipFormatError, match=f"^{reason}$"):
+        java.read_manifest(f)
+
+
+def test_jar_without_manifest_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "plain.jar"
+    with zipfile.ZipFile(path, "w") as jar:
+        jar.writestr("a.class", b"x")
+    assert read_with(java.read_candidate, path) is None
+    with (
+        OpenFile.open(path) as f,
+        pytest.raises(java.ZipFormatError, match=r"^no META-INF/MANIFEST\.MF entry$"),
+    ):
+        java.read_manifest(f)
+
+
+def test_bzip2_manifest_is_skipped(tmp_path: Path) -> None:
+    path = write_jar(tmp_path / "b.jar", manifest=HANDLER, compression=zipfile.ZIP_BZIP2)
+    assert read_with(java.read_candidate, path) is None
+
+
+# -- verification --------------------------------------------------------------------------
+
+
+def test_fat_jar_verifies_with_its_own_schema_version(tmp_path: Path) -> None:
+    path = _handler_jar(tmp_path)
+    write_jar(tmp_path / "lib" / "dep.jar", manifest={"Main-Class": "other.Main"})
+    verified = verify_artifact(path, Language.JAVA)
+    assert verified.main_class == "org.example.Handlers"
+    assert verified.schema_version == "2026-10-30"
+    assert verified.cache_digest == DIGEST
+    assert verified.classpath == (tmp_path / "handlers.jar", tmp_path / "lib" / "dep.jar")
+
+
+def test_thin_jar_takes_the_schema_version_from_the_first_sdk_jar(tmp_path: Path) -> None:
+    thin = {k: v for k, v in HANDLER.items() if k != "Airflow-Supervisor-Schema-Version"}
+    path = write_jar(tmp_path / "app" / "handlers.jar", manifest=thin)
+    write_jar(
+        tmp_path / "lib" / "airflow-sdk-1.0.jar",
+        manifest={"Airflow-Supervisor-Schema-Version": "2026-09-30"},
+    )
+    write_jar(
+        tmp_path / "lib" / "airflow-sdk-2.0.jar",
+        manifest={"Airflow-Supervisor-Schema-Version": "2026-10-30"},
+    )
+    write_jar(tmp_path / "lib" / "aaa-plain.jar", manifest={})
+    verified = verify_artifact(path, Language.JAVA, bundle_root=tmp_path)
+    assert verified.schema_version == "2026-09-30"
+    assert [p.relative_to(tmp_path).as_posix() for p in verified.classpath] == [
+        "app/handlers.jar",
+        "lib/aaa-plain.jar",
+        "lib/airflow-sdk-1.0.jar",
+        "lib/airflow-sdk-2.0.jar",
+    ]
+
+
+def _verify_error(path: Path, root: Path | None = None) -> str:
+    with pytest.raises(ArtifactVerificationError) as info:
+        verify_artifact(path, Language.JAVA, bundle_root=root or path.parent)
+    return str(info.value)
+
+
+def test_no_schema_version_anywhere_fails(tmp_path: Path) -> None:
+    thin = {k: v for k, v in HANDLER.items() if k != "Airflow-Supervisor-Schema-Version"}
+    path = write_jar(tmp_path / "handlers.jar", manifest=thin)
+    write_jar(tmp_path / "dep.jar", manifest={})
+    assert _verify_error(path) == (
+        "handlers.jar: no Airflow-Supervisor-Schema-Version: neither its manifest nor any other "
+        "JAR of the bundle (the airflow-sdk JAR a thin JAR relies on) declares one"
+    )
+
+
+def test_invalid_schema_version_names_the_jar_holding_it(tmp_path: Path) -> None:
+    thin = {k: v for k, v in HANDLER.items() if k != "Airflow-Supervisor-Schema-Version"}
+    path = write_jar(tmp_path / "handlers.jar", manifest=thin)
+    write_jar(tmp_path / "sdk.jar", manifest={"Airflow-Supervisor-Schema-Version": "latest"})
+    assert _verify_error(path) == (
+        "sdk.jar: Airflow-Supervisor-Schema-Version: supervisor schema version 'latest' is not "
+        "a YYYY-MM-DD date"
+    )
+
+
+def test_same_main_class_in_another_jar_fails(tmp_path: Path) -> None:
+    path = _handler_jar(tmp_path)
+    write_jar(
+        tmp_path / "copy" / "old-handlers.jar", manifest={"Main-Class": "org.example.Handlers"}
+    )
+    assert _verify_error(path) == (
+        "handlers.jar: copy/old-handlers.jar declares the same Main-Class org.example.Handlers; "
+        "the JVM would run whichever comes first on the classpath"
+    )
+
+
+def test_missing_main_class_fails(tmp_path: Path) -> None:
+    path = write_jar(tmp_path / "h.jar", manifest={"Airflow-Cache-Digest": DIGEST})
+    assert (
+        _verify_error(path)
+        == "h.jar: has no Main-Class manifest attribute, so the JVM has nothing to run"
+    )
+
+
+def test_unreadable_manifest_fails_with_the_reason(tmp_path: Path) -> None:
+    path = _handler_jar(tmp_path)
+    _patch_central_manifest(path, 8, struct.pack("<H", 0x1))
+    assert (
+        _verify_error(path)
+        == "handlers.jar: cannot read its manifest: the manifest entry is encrypted"
+    )
+
+
+def test_flipped_byte_in_an_entry_names_the_entry(tmp_path: Path) -> None:
+    path = write_jar(
+        tmp_path / "handlers.jar",
+        manifest=HANDLER,
+        entries={"org/example/Handlers.class": bytes(range(256)) * 8},
+        compression=zipfile.ZIP_STORED,
+    )
+    data = path.read_bytes()
+    flip(path, data.index(bytes(range(256))) + 100)
+    assert _verify_error(path).startswith(
+        "handlers.jar: entry 'org/example/Handlers.class' is corrupt: Bad CRC-32"
+    )
+
+
+def test_flipped_byte_in_the_manifest_fails(tmp_path: Path) -> None:
+    path = write_jar(tmp_path / "handlers.jar", manifest=HANDLER, compression=zipfile.ZIP_STORED)
+    flip(path, path.read_bytes().index(b"org.example.Handlers"))
+    assert _verify_error(path) == (
+        "handlers.jar: cannot read its manifest: the manifest's CRC-32 does not match the "
+        "central directory"
+    )
+
+
+def test_declared_uncompressed_total_is_capped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(java, "MAX_UNCOMPRESSED_BYTES", 1000)
+    path = write_jar(tmp_path / "handlers.jar", manifest=HANDLER, entries={"big.bin": bytes(2000)})
+    assert _verify_error(path).startswith("handlers.jar: entries declare ")
+    assert _verify_error(path).endswith("uncompressed bytes, more than the 1000-byte limit")
+
+
+def test_name_must_end_with_jar(tmp_path: Path) -> None:
+    path = _handler_jar(tmp_path, "handlers.zip")
+    assert _verify_error(path) == (
+        "handlers.zip: a Java artifact's name must end with .jar, or it is not on the classpath"
+    )
+
+
+def test_artifact_outside_the_bundle_root_fails(tmp_path: Path) -> None:
+    path = _handler_jar(tmp_path / "elsewhere")
+    root = tmp_path / "bundle"
+    root.mkdir()
+    (root / "link.jar").symlink_to(path)
+    message = _verify_error(root / "link.jar", root)
+    assert message.startswith(f"{root / 'link.jar'}: resolves to {path}, outside the bundle root")
+
+
+def _patch_eocd(path: Path, offset_in_record: int, value: bytes) -> None:
+    data = bytearray(path.read_bytes())
+    at = data.rindex(b"PK\x05\x06")
+    data[at + offset_in_record : at + offset_in_record + len(value)] = value
+    path.write_bytes(bytes(data))
+
+
+def _manifest_error(path: Path) -> str:
+    with OpenFile.open(path) as f, pytest.raises(java.ZipFormatError) as info:
+        java.read_manifest(f)
+    assert read_with(java.read_candidate, path) is None  # every one of these is a skip
+    return str(info.value)
+
+
+def test_central_directory_outside_the_file(tmp_path: Path) -> None:
+    path = _handler_jar(tmp_path)
+    _patch_eocd(path, 16, struct.pack("<I", 10**8))  # cd_offset
+    assert _manifest_error(path) == "central directory lies outside the file"
+
+
+def test_zip64_record_missing(tmp_path: Path) -> None:
+    path = _handler_jar(tmp_path)
+    _to_zip64(path)
+    data = bytearray(path.read_bytes())
+    at = data.rindex(b"PK\x06\x06")
+    data[at] = ord("X")
+    path.write_bytes(bytes(data))
+    assert _manifest_error(path) == "zip64 end-of-central-directory record is missing"
+
+
+def test_malformed_central_directory_entry(tmp_path: Path) -> None:
+    path = _handler_jar(tmp_path)
+    data = bytearray(path.read_bytes())
+    first = data.index(b"PK\x01\x02")
+    data[first + 3] = 0x09
+    path.write_bytes(bytes(data))
+    assert _manifest_error(path) == "central directory entry is malformed"
+
+
+def test_truncated_central_directory(tmp_path: Path) -> None:
+    path = _handler_jar(tmp_path)
+    data = bytearray(path.read_bytes())
+    first = data.index(b"PK\x01\x02")
+    data[first + 28 : first + 30] = struct.pack("<H", 0xFFFF)  # name length past the end
+    path.write_bytes(bytes(data))
+    assert _manifest_error(path) == "central directory is truncated"
+
+
+@pytest.mark.parametrize(
+    ("offset_in_header", "value", "reason"),
+    [
+        (42, struct.pack("<I", 1), "the manifest's local header is missing"),
+        (20, struct.pack("<I", 100_000), "the manifest entry is truncated"),
+        (24, struct.pack("<I", 7), "the manifest's size does not match the central directory"),
+    ],
+)
+def test_manifest_entry_inconsistencies(
+    tmp_path: Path, offset_in_header: int, value: bytes, reason: str
+) -> None:
+    path = _handler_jar(tmp_path)
+    _patch_central_manifest(path, offset_in_header, value)
+    assert _manifest_error(path) == reason
+
+
+def test_corrupt_deflate_reason(tmp_path: Path) -> None:
+    path = _handler_jar(tmp_path)
+    data = bytearray(path.read_bytes())
+    start = data.index(b"META-INF/MANIFEST.MF") + len(b"META-INF/MANIFEST.MF")
+    data[start] = 0xFF  # BTYPE 11: a reserved block type
+    path.write_bytes(bytes(data))
+    assert _manifest_error(path).startswith("the manifest does not inflate (Error -3 ")
