@@ -10,11 +10,10 @@
 # v0.X.Y release builds fine (see shared/reference/k8s-test-control-plane.md).
 set -euo pipefail
 
-K8S_VERSION=${K8S_VERSION:-1.37.2}
-ETCD_VERSION=${ETCD_VERSION:-3.7.3}
-HELM_VERSION=${HELM_VERSION:-3.22.0}
-CACHE_ROOT=${THOP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/taskhandler-operator}
-OUT=${K8S_TEST_BINS:-$CACHE_ROOT/k8s/v$K8S_VERSION-etcd$ETCD_VERSION-helm$HELM_VERSION}
+# Versions and the cache path live in hack/k8s-env.sh, shared with the pytest fixture.
+# shellcheck source=hack/k8s-env.sh
+. "$(dirname "$0")/k8s-env.sh"
+OUT=$K8S_TEST_BINS
 STAGING_VERSION="v0.${K8S_VERSION#1.}"
 MINOR=$(echo "$K8S_VERSION" | cut -d. -f2)
 
