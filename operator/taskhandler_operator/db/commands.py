@@ -10,14 +10,14 @@ import argparse
 import os
 import sys
 
+from taskhandler_operator.db import URL_ENV
+
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
 EXIT_TEMPFAIL = 75
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from taskhandler_operator.db.engine import URL_ENV
-
     db = subparsers.add_parser("db", help="the binding tables in Airflow's metadata database")
     db_commands = db.add_subparsers(dest="db_command", metavar="DB_COMMAND", required=True)
 
@@ -38,8 +38,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _url(args: argparse.Namespace) -> str | None:
-    from taskhandler_operator.db.engine import URL_ENV
-
     url: str | None = args.url or os.environ.get(URL_ENV)
     if not url:
         print(f"error: no database URL: pass --url or set {URL_ENV}", file=sys.stderr)

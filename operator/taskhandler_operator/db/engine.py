@@ -22,10 +22,11 @@ from sqlalchemy import create_engine as create_sync_engine_sa
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from taskhandler_operator.db import URL_ENV as URL_ENV
+
 DRIVER = "postgresql+psycopg"
 DEFAULT_CONNECT_TIMEOUT = 10
 APPLICATION_NAME = "taskhandler-operator"
-URL_ENV = "THOP_DATABASE_URL"
 
 # SQLSTATEs for "PostgreSQL rolled the transaction back to let another one proceed".
 _CONFLICT_SQLSTATES = frozenset({"40001", "40P01"})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -43,7 +44,7 @@ def artifact(
 async def add_dags(engine: AsyncEngine, *documents: dict[str, Any], **kwargs: Any) -> None:
     async with engine.begin() as conn:
         for document in documents:
-            await conn.run_sync(lambda c, d=document: insert_dag(c, d, **kwargs))
+            await conn.run_sync(functools.partial(insert_dag, document=document, **kwargs))
 
 
 async def reconcile(

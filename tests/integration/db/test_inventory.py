@@ -5,6 +5,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -189,7 +190,8 @@ async def test_rows_written_by_airflow_itself(
     reserialize_dags(tmp_path, db_url)
     inventory = StubInventory()
     await inventory.refresh(engine)
-    assert inventory.dags["etl"].stubs == ()  # Airflow 3.3.2 has no stubs yet
+    first_read = inventory.dags["etl"]
+    assert first_read.stubs == ()  # Airflow 3.3.2 has no stubs yet
     # Newer Airflow serializes these fields on a stub; add them to Airflow's own row.
     async with engine.begin() as conn:
         await conn.run_sync(
@@ -205,7 +207,7 @@ async def test_rows_written_by_airflow_itself(
         )
     delta = await inventory.refresh(engine)
     assert delta.changed == ("etl",)
-    stubs = {s.task_id: s for s in inventory.dags["etl"].stubs}
+    stubs: dict[str, Any] = {stub.task_id: stub for stub in inventory.dags["etl"].stubs}
     assert stubs["extract"].queue == "java"
     assert stubs["load"].queue == "default"  # Airflow wrote no queue key for it
     assert stubs["load"].arg_bindings is not None

@@ -109,7 +109,8 @@ def test_task_problems_keep_the_other_tasks() -> None:
     bad_flag["__var"]["is_stub"] = "yes"
     no_id = stub_task("x", queue="java")
     del no_id["__var"]["task_id"]
-    document = dag_document("etl", [good, bad_bindings, bad_queue, bad_flag, "junk", no_id])
+    tasks: list[Any] = [good, bad_bindings, bad_queue, bad_flag, "junk", no_id]
+    document = dag_document("etl", tasks)
     stubs = read(document)
     assert [s.task_id for s in stubs.stubs] == ["good"]
     assert stubs.problems == (

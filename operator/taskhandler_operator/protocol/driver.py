@@ -1,0 +1,133 @@
+"""The probe driver: ask an artifact which task handlers it registers, without running them.
+
+Steps (reference ``airflow-langsdk.md`` §5 and §6.3, Design B), every wait bounded:
+
+1. verify the artifact exactly as a worker would (integrity, schema version); a refused
+   artifact never runs;
+2. open the comm and logs listeners on loopback and start the runtime in a new session with
+   ``--comm=127.0.0.1:P --logs=127.0.0.1:Q``;
+3. accept one connection per channel, only from a process of the runtime's tree
+   (``connect_timeout``);
+4. send ``TaskHandlerParseRequest`` as the id-0 frame; answer every ``Get*``/``Put*`` request
+   with an ``ErrorResponse`` (a probe has no Airflow client); relay the logs channel, stdout and
+   stderr into the driver's log, bounded;
+5. take exactly one ``TaskHandlerParsingResult`` and acknowledge it (``answer_timeout``);
+6. give the runtime ``exit_grace`` to exit, then kill its process group and any descendant that
+   escaped it. A second result, a non-zero exit, or a process left running fails the probe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from taskhandler_operator.artifacts.models import ArtifactVerificationError, VerifiedArtifact
+from taskhandler_operator.artifacts.verify import verify_artifact
+from taskhandler_operator.protocol.eventlog import EventLog
+from taskhandler_operator.protocol.launch import ProbeConfig, build_command, runtime_environment
+from taskhandler_operator.protocol.messages import TaskHandlerParsingResult
+from taskhandler_operator.protocol.schema_versions import (
+    UnknownSchemaVersion,
+    check_known_schema_version,
+)
+from taskhandler_operator.protocol.session import ProbeFailure, ProbeSession, ms_since
+from taskhandler_operator.protocol.summary import (
+    RESULT_MARKER,
+    LogStats,
+    ProbeErrorKind,
+    ProbeSummary,
+    Timings,
+    result_line,
+    sha256_text,
+)
+
+__all__ = [
+    "RESULT_MARKER",
+    "ProbeConfig",
+    "ProbeFailure",
+    "ProbeOutcome",
+    "build_command",
+    "run_probe",
+    "runtime_environment",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeOutcome:
+    summary: ProbeSummary
+    result: TaskHandlerParsingResult | None = None
+    result_json: str | None = None
+
+
+def _verify(config: ProbeConfig) -> VerifiedArtifact:
+    verified = verify_artifact(config.artifact, config.language, config.bundle_root)
+    try:
+        check_known_schema_version(str(config.artifact), verified.schema_version)
+    except UnknownSchemaVersion as exc:
+        raise ArtifactVerificationError(str(exc)) from None
+    return verified
+
+
+async def run_probe(config: ProbeConfig, log: EventLog) -> ProbeOutcome:
+    """Probe one artifact. Never raises for a runtime's behaviour: the summary says what failed."""
+    started = time.monotonic()
+    timings: dict[str, float] = {}
+    log.info("verifying artifact", artifact=str(config.artifact), language=config.language.value)
+    try:
+        verified = await asyncio.to_thread(_verify, config)
+    except ArtifactVerificationError as exc:
+        timings["verify_ms"] = ms_since(started)
+        return _failed(config, None, ProbeErrorKind.ARTIFACT_REFUSED, str(exc), timings, started)
+    timings["verify_ms"] = ms_since(started)
+    log.info(
+        "artifact verified",
+        schema_version=verified.schema_version,
+        size_bytes=verified.size_bytes,
+        cache_digest=verified.cache_digest,
+    )
+    session = ProbeSession(config, verified, log, timings)
+    try:
+        result = await session.run()
+    except ProbeFailure as failure:
+        return _failed(config, verified, failure.kind, failure.message, timings, started, session)
+    line = result_line(result)
+    summary = ProbeSummary(
+        status="ok",
+        artifact=str(config.artifact),
+        language=config.language.value,
+        schema_version=verified.schema_version,
+        result_sha256=sha256_text(line),
+        result_bytes=len(line.encode("utf-8")),
+        dag_count=len(result.task_handlers),
+        handler_count=result.handler_count,
+        runtime_exit_code=session.exit_code,
+        runtime_pids=session.pids,
+        logs=session.log_stats(),
+        timings=Timings(total_ms=ms_since(started), **timings),
+    )
+    return ProbeOutcome(summary, result, line)
+
+
+def _failed(
+    config: ProbeConfig,
+    verified: VerifiedArtifact | None,
+    kind: ProbeErrorKind,
+    message: str,
+    timings: dict[str, float],
+    started: float,
+    session: ProbeSession | None = None,
+) -> ProbeOutcome:
+    summary = ProbeSummary(
+        status="error",
+        error_kind=kind,
+        error=message,
+        artifact=str(config.artifact),
+        language=config.language.value,
+        schema_version=verified.schema_version if verified else None,
+        runtime_exit_code=session.exit_code if session else None,
+        runtime_pids=session.pids if session else [],
+        logs=session.log_stats() if session else LogStats(),
+        timings=Timings(total_ms=ms_since(started), **timings),
+    )
+    return ProbeOutcome(summary)

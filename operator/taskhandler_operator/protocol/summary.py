@@ -1,0 +1,219 @@
+"""What a probe reports: the compact summary, the result marker, and how a reader checks both.
+
+A probe pod reports twice (DESIGN §3.5):
+
+* the **summary** (:class:`ProbeSummary`) as the container's termination message — small
+  (the kubelet keeps at most 4096 bytes), always written, success or not;
+* the **result** in the container log: the line :data:`RESULT_MARKER`, then exactly one line of
+  compact JSON (the validated ``TaskHandlerParsingResult``).
+
+The reader accepts the result only when the SHA-256 of that JSON line (UTF-8, without its
+newline) equals ``summary.result_sha256`` (:func:`accept_result`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from enum import IntEnum, StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from taskhandler_operator.protocol.messages import TaskHandlerParsingResult
+
+__all__ = [
+    "MAX_SUMMARY_BYTES",
+    "RESULT_MARKER",
+    "ExitCode",
+    "LogStats",
+    "ProbeErrorKind",
+    "ProbeSummary",
+    "ResultRejected",
+    "Timings",
+    "accept_result",
+    "find_result_line",
+    "result_line",
+]
+
+RESULT_MARKER = "----- taskhandler-operator probe result -----"
+
+# The kubelet truncates termination messages to 4096 bytes; stay well under it.
+MAX_SUMMARY_BYTES = 3072
+# Limits on the JSON-encoded size of the free-text fields (a runtime can put control
+# characters into an error text, and each of those takes six bytes once escaped).
+MAX_ERROR_BYTES = 1200
+MAX_ARTIFACT_BYTES = 400
+MAX_REPORTED_PIDS = 16
+
+
+class ExitCode(IntEnum):
+    """Exit status of ``taskhandler-operator probe``."""
+
+    OK = 0
+    PROBE_FAILED = 1  # the runtime misbehaved or did not answer
+    ARTIFACT_REFUSED = 3  # verification failed; nothing was run
+    DRIVER_ERROR = 4  # the runtime could not be launched, or the driver itself failed
+
+
+class ProbeErrorKind(StrEnum):
+    ARTIFACT_REFUSED = "artifact_refused"
+    LAUNCH_FAILED = "launch_failed"
+    EXITED_BEFORE_CONNECT = "exited_before_connect"
+    CONNECT_TIMEOUT = "connect_timeout"
+    ANSWER_TIMEOUT = "answer_timeout"
+    EXITED_WITHOUT_RESULT = "exited_without_result"
+    INVALID_FRAME = "invalid_frame"
+    FRAME_TOO_LARGE = "frame_too_large"
+    INVALID_MESSAGE = "invalid_message"
+    DUPLICATE_RESULT = "duplicate_result"
+    EXIT_TIMEOUT = "exit_timeout"
+    EXIT_STATUS = "exit_status"
+    PROCESSES_LEFT = "processes_left"
+    DRIVER_ERROR = "driver_error"
+
+    @property
+    def exit_code(self) -> ExitCode:
+        if self is ProbeErrorKind.ARTIFACT_REFUSED:
+            return ExitCode.ARTIFACT_REFUSED
+        if self in (ProbeErrorKind.LAUNCH_FAILED, ProbeErrorKind.DRIVER_ERROR):
+            return ExitCode.DRIVER_ERROR
+        return ExitCode.PROBE_FAILED
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+Millis = Annotated[float, Field(ge=0)]
+
+
+class Timings(_Model):
+    """Milliseconds spent in each step; ``None`` for a step that was not reached."""
+
+    verify_ms: Millis | None = None
+    spawn_ms: Millis | None = None
+    connect_ms: Millis | None = None
+    answer_ms: Millis | None = None
+    exit_ms: Millis | None = None
+    cleanup_ms: Millis | None = None
+    total_ms: Millis = 0.0
+
+
+class LogStats(_Model):
+    relayed_lines: int = 0
+    dropped_lines: int = 0
+    truncated_lines: int = 0
+
+
+class ProbeSummary(_Model):
+    """The termination message of a probe. Keep it small: see :data:`MAX_SUMMARY_BYTES`."""
+
+    summary_version: Literal[1] = 1
+    status: Literal["ok", "error"]
+    error_kind: ProbeErrorKind | None = None
+    error: str | None = None
+    artifact: str
+    language: str
+    schema_version: str | None = None
+    result_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
+    result_bytes: int | None = None
+    dag_count: int | None = None
+    handler_count: int | None = None
+    runtime_exit_code: int | None = None
+    runtime_pids: list[int] = Field(default_factory=list)
+    logs: LogStats = Field(default_factory=LogStats)
+    timings: Timings = Field(default_factory=Timings)
+
+    @field_validator("error")
+    @classmethod
+    def _short_error(cls, value: str | None) -> str | None:
+        return _shorten(value, MAX_ERROR_BYTES) if value is not None else None
+
+    @field_validator("artifact")
+    @classmethod
+    def _short_artifact(cls, value: str) -> str:
+        # Keep the end of a long path: the file name is the informative part.
+        return _shorten(value, MAX_ARTIFACT_BYTES, keep_end=True)
+
+    @field_validator("runtime_pids")
+    @classmethod
+    def _few_pids(cls, value: list[int]) -> list[int]:
+        return value[:MAX_REPORTED_PIDS]
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def exit_code(self) -> ExitCode:
+        if self.status == "ok":
+            return ExitCode.OK
+        return (self.error_kind or ProbeErrorKind.DRIVER_ERROR).exit_code
+
+    def to_json(self) -> str:
+        return self.model_dump_json(exclude_none=True)
+
+
+def _encoded_size(text: str) -> int:
+    return len(json.dumps(text, ensure_ascii=False).encode("utf-8"))
+
+
+def _shorten(text: str, limit: int, *, keep_end: bool = False) -> str:
+    """``text`` cut, with an ellipsis, so that its JSON string takes at most ``limit`` bytes."""
+    if _encoded_size(text) <= limit:
+        return text
+    low, high = 0, len(text)  # binary search for the longest piece that fits
+    while low < high:
+        middle = (low + high + 1) // 2
+        piece = text[-middle:] if keep_end else text[:middle]
+        if _encoded_size(piece + "…") <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    if keep_end:
+        return "…" + text[len(text) - low :]
+    return text[:low] + "…"
+
+
+def result_line(result: TaskHandlerParsingResult) -> str:
+    """The one-line JSON form of a result that follows :data:`RESULT_MARKER` in the log."""
+    return json.dumps(result.model_dump(mode="json"), ensure_ascii=False, separators=(",", ":"))
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class ResultRejected(ValueError):
+    """The log and the summary of a probe do not agree on a valid result."""
+
+
+def find_result_line(lines: Iterable[str]) -> str | None:
+    """The line after the last :data:`RESULT_MARKER` line, if there is one."""
+    found: str | None = None
+    take_next = False
+    for raw in lines:
+        line = raw.rstrip("\r\n")
+        if take_next:
+            found = line
+            take_next = False
+        if line == RESULT_MARKER:
+            take_next = True
+    return found
+
+
+def accept_result(log_text: str, summary: ProbeSummary) -> TaskHandlerParsingResult:
+    """The probe's result, only if the summary says ok and the logged line matches its hash."""
+    if not summary.ok or summary.result_sha256 is None:
+        raise ResultRejected(f"the probe did not succeed: {summary.error or 'no result hash'}")
+    line = find_result_line(log_text.splitlines())
+    if line is None:
+        raise ResultRejected("the probe log has no result marker followed by a line")
+    digest = sha256_text(line)
+    if digest != summary.result_sha256:
+        raise ResultRejected(
+            f"the logged result hashes to {digest}, the summary says {summary.result_sha256}"
+        )
+    return TaskHandlerParsingResult.model_validate_json(line)

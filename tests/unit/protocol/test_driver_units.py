@@ -1,0 +1,102 @@
+"""The pure parts of the driver: the runtime command, the environment and the options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from taskhandler_operator.artifacts.models import Language, VerifiedArtifact
+from taskhandler_operator.protocol.driver import ProbeConfig, build_command, runtime_environment
+from taskhandler_operator.protocol.schema_versions import (
+    KNOWN_SCHEMA_VERSIONS,
+    UnknownSchemaVersion,
+    check_known_schema_version,
+)
+
+
+def verified(language: Language, path: str, **kw: object) -> VerifiedArtifact:
+    return VerifiedArtifact(
+        path=Path(path),
+        language=language,
+        schema_version="2026-10-30",
+        size_bytes=1,
+        cache_digest=None,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_go_runs_the_artifact_by_absolute_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir("/tmp")
+    assert build_command(verified(Language.GO, "bundle/etl")) == ["/tmp/bundle/etl"]
+
+
+def test_typescript_runs_node_on_the_bundle() -> None:
+    command = build_command(verified(Language.TYPESCRIPT, "/b/x.min.mjs"), node="/usr/bin/node")
+    assert command == ["/usr/bin/node", "/b/x.min.mjs"]
+
+
+def test_java_classpath_is_every_jar_sorted_then_jvm_args_then_main_class() -> None:
+    artifact = verified(
+        Language.JAVA,
+        "/b/z/app.jar",
+        main_class="com.example.Main",
+        classpath=(Path("/b/z/app.jar"), Path("/b/a/dep.jar"), Path("/b/lib/sdk.jar")),
+    )
+    assert build_command(artifact, java="/usr/bin/java", jvm_args=["-Xshare:auto"]) == [
+        "/usr/bin/java",
+        "-classpath",
+        "/b/a/dep.jar:/b/lib/sdk.jar:/b/z/app.jar",
+        "-Xshare:auto",
+        "com.example.Main",
+    ]
+
+
+def test_java_without_main_class_cannot_be_run() -> None:
+    with pytest.raises(ValueError, match="no Main-Class to run"):
+        build_command(verified(Language.JAVA, "/b/app.jar"))
+
+
+def test_environment_adds_logging_defaults_without_overriding() -> None:
+    env = runtime_environment({"PATH": "/bin", "AIRFLOW__LOGGING__LOGGING_LEVEL": "DEBUG"})
+    assert env == {
+        "PATH": "/bin",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "DEBUG",
+        "AIRFLOW__LOGGING__NAMESPACE_LEVELS": "",
+    }
+
+
+def test_config_defaults_and_bundle_naming() -> None:
+    config = ProbeConfig(artifact=Path("/srv/bundles/etl/bin/etl"), language=Language.GO)
+    assert (config.connect_timeout, config.answer_timeout, config.exit_grace) == (10, 60, 5)
+    assert config.max_frame_size == 16 * 1024 * 1024
+    assert config.effective_bundle_root == Path("/srv/bundles/etl/bin")
+    assert config.effective_bundle_name == "bin"
+    named = config.model_copy(update={"bundle_root": Path("/srv/b"), "bundle_name": "etl"})
+    assert (named.effective_bundle_root, named.effective_bundle_name) == (Path("/srv/b"), "etl")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("answer_timeout", 0, "answer_timeout\n  Input should be greater than 0"),
+        ("connect_timeout", -1, "connect_timeout\n  Input should be greater than 0"),
+        ("exit_grace", 0, "exit_grace\n  Input should be greater than 0"),
+        ("max_frame_size", 10, "max_frame_size\n  Input should be greater than or equal to 64"),
+    ],
+)
+def test_config_rejects_bad_limits(field: str, value: float, message: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        ProbeConfig(artifact=Path("a"), language=Language.GO, **{field: value})
+    assert message in str(info.value)
+
+
+def test_known_schema_versions() -> None:
+    for version in KNOWN_SCHEMA_VERSIONS:
+        check_known_schema_version("etl", version)
+    with pytest.raises(UnknownSchemaVersion) as info:
+        check_known_schema_version("etl", "1999-01-01")
+    assert str(info.value).startswith(
+        "etl uses supervisor schema version '1999-01-01', which this supervisor does not know"
+    )

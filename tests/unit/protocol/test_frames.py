@@ -1,0 +1,174 @@
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import struct
+
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from taskhandler_operator.protocol.frames import (
+    DEFAULT_MAX_FRAME_SIZE,
+    FrameTooLarge,
+    FrameTruncated,
+    MalformedFrame,
+    RequestFrame,
+    ResponseFrame,
+    decode_request,
+    decode_response,
+    encode_payload,
+    encode_request,
+    encode_response,
+    read_frame,
+)
+
+json_scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.text()
+json_values = st.recursive(
+    json_scalars | st.floats(allow_nan=False),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+bodies = st.none() | st.dictionaries(st.text(), json_values, max_size=5)
+ids = st.integers(0, 2**63 - 1)
+
+
+def payload_of(value: object) -> bytes:
+    packed: bytes = msgpack.packb(value, use_bin_type=True)
+    return packed
+
+
+def split(frame: bytes) -> bytes:
+    (length,) = struct.unpack(">I", frame[:4])
+    assert length == len(frame) - 4
+    return frame[4:]
+
+
+@given(ids, bodies, bodies)
+def test_request_round_trip(frame_id: int, body: dict | None, carrier: dict | None) -> None:
+    frame = RequestFrame(frame_id, body, carrier)
+    assert decode_request(split(encode_request(frame))) == frame
+
+
+@given(ids, bodies, bodies)
+def test_response_round_trip(frame_id: int, body: dict | None, error: dict | None) -> None:
+    frame = ResponseFrame(frame_id, body, error)
+    assert decode_response(split(encode_response(frame))) == frame
+
+
+def test_empty_ack_is_three_elements_on_the_wire() -> None:
+    # The reference's example: an empty acknowledgement of request 5 is 93 05 c0 c0.
+    assert encode_response(ResponseFrame(5)) == bytes.fromhex("00000004" + "9305c0c0")
+
+
+def test_two_element_request_as_go_sends_it() -> None:
+    frame = decode_request(payload_of([3, {"type": "GetVariable", "key": "k"}]))
+    assert frame == RequestFrame(3, {"type": "GetVariable", "key": "k"}, None)
+
+
+def test_two_element_response() -> None:
+    assert decode_response(payload_of([0, None])) == ResponseFrame(0, None, None)
+
+
+def test_msgpack_timestamps_become_datetimes() -> None:
+    when = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    payload = msgpack.packb([1, {"at": when}, None], datetime=True)
+    assert decode_request(payload).body == {"at": when}
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"id": 1}, "frame is a msgpack map, expected an array"),
+        ("text", "frame is a msgpack string, expected an array"),
+        (7, "frame is a msgpack integer, expected an array"),
+        ([1], "frame array has 1 elements, expected 2 or 3"),
+        ([1, None, None, None], "frame array has 4 elements, expected 2 or 3"),
+        (["1", None], "frame id is a msgpack string, expected an integer"),
+        ([True, None], "frame id is a msgpack boolean, expected an integer"),
+        ([1.0, None], "frame id is a msgpack float, expected an integer"),
+        ([None, None], "frame id is a msgpack nil, expected an integer"),
+        ([-1, None], "frame id -1 is negative"),
+        ([1, [1, 2]], "frame body is a msgpack array, expected a map or nil"),
+        ([1, "body"], "frame body is a msgpack string, expected a map or nil"),
+        ([1, None, 5], "frame third element is a msgpack integer, expected a map or nil"),
+        ([1, None, b"x"], "frame third element is a msgpack binary, expected a map or nil"),
+    ],
+)
+def test_malformed_frames(value: object, message: str) -> None:
+    with pytest.raises(MalformedFrame) as info:
+        decode_request(payload_of(value))
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (b"", "payload is not valid msgpack (ValueError: Unpack failed: incomplete input)"),
+        (b"\xc1" * 4, "payload is not valid msgpack (FormatError)"),
+        (b"\x92\x01\xc0\xc0", "payload has bytes after its msgpack value"),
+        (b"\x92\x01\xd6\x01\x00\x00\x00\x00", "unsupported msgpack extension type 1"),
+        (b"\x92\x01\x81\x01\x02", "payload is not valid msgpack"),  # integer map key
+        (b"\x92\x01\xa2\xff\xfe", "payload is not valid msgpack"),  # not UTF-8
+    ],
+)
+def test_undecodable_payloads(payload: bytes, message: str) -> None:
+    with pytest.raises(MalformedFrame) as info:
+        decode_request(payload)
+    assert message in str(info.value)
+
+
+def reader_with(data: bytes, *, eof: bool = True) -> asyncio.StreamReader:
+    reader = asyncio.StreamReader()
+    reader.feed_data(data)
+    if eof:
+        reader.feed_eof()
+    return reader
+
+
+async def test_read_frames_until_clean_end() -> None:
+    stream = encode_request(RequestFrame(0, {"a": 1})) + encode_request(RequestFrame(1, None))
+    reader = reader_with(stream)
+    first = await read_frame(reader)
+    second = await read_frame(reader)
+    assert first is not None and decode_request(first).body == {"a": 1}
+    assert second is not None and decode_request(second).id == 1
+    assert await read_frame(reader) is None
+
+
+async def test_size_limit_is_enforced_from_the_header_alone() -> None:
+    # Only the header is available and the stream stays open: a reader that tried to read
+    # the body would wait forever, so returning at all proves the check comes first.
+    reader = reader_with(struct.pack(">I", DEFAULT_MAX_FRAME_SIZE + 1), eof=False)
+    with pytest.raises(FrameTooLarge) as info:
+        await asyncio.wait_for(read_frame(reader), 5)
+    assert str(info.value) == "frame of 16777217 bytes exceeds the limit of 16777216 bytes"
+    assert info.value.length == DEFAULT_MAX_FRAME_SIZE + 1
+
+
+async def test_configurable_limit() -> None:
+    frame = encode_request(RequestFrame(0, {"k": "v" * 100}))
+    with pytest.raises(FrameTooLarge, match="exceeds the limit of 64 bytes"):
+        await read_frame(reader_with(frame), max_size=64)
+    assert await read_frame(reader_with(frame), max_size=len(frame) - 4) == frame[4:]
+
+
+async def test_truncated_header() -> None:
+    with pytest.raises(FrameTruncated, match="stream ended after 2 of 4 header bytes"):
+        await read_frame(reader_with(b"\x00\x00"))
+
+
+async def test_truncated_body() -> None:
+    frame = encode_request(RequestFrame(0, {"a": 1}))
+    with pytest.raises(FrameTruncated, match=f"stream ended after 3 of {len(frame) - 4} body"):
+        await read_frame(reader_with(frame[:7]))
+
+
+def test_encode_payload_rejects_what_uint32_cannot_frame() -> None:
+    class Huge(bytes):
+        def __len__(self) -> int:
+            return 2**32
+
+    with pytest.raises(FrameTooLarge):
+        encode_payload(Huge())

@@ -1,0 +1,143 @@
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from pydantic import ValidationError
+
+from taskhandler_operator.protocol.messages import TaskHandlerParsingResult
+from taskhandler_operator.protocol.summary import (
+    MAX_SUMMARY_BYTES,
+    RESULT_MARKER,
+    ExitCode,
+    LogStats,
+    ProbeErrorKind,
+    ProbeSummary,
+    ResultRejected,
+    Timings,
+    accept_result,
+    find_result_line,
+    result_line,
+)
+
+RESULT = TaskHandlerParsingResult.model_validate(
+    {
+        "fileloc": "/bundle/etl",
+        "task_handlers": {
+            "etl": [
+                {"task_id": "extract", "binding": "positional", "params": [{"name": None}]},
+                {"task_id": "load", "binding": "named", "params": None},
+            ]
+        },
+    }
+)
+
+
+def ok_summary(line: str) -> ProbeSummary:
+    return ProbeSummary(
+        status="ok",
+        artifact="etl",
+        language="go",
+        result_sha256=hashlib.sha256(line.encode()).hexdigest(),
+    )
+
+
+def test_largest_summary_fits_the_termination_message() -> None:
+    summary = ProbeSummary(
+        status="error",
+        error_kind=ProbeErrorKind.PROCESSES_LEFT,
+        error="é" * 10_000,
+        artifact="/very/long/" + "a" * 10_000 + "/artifact.min.mjs",
+        language="typescript",
+        schema_version="2026-10-30",
+        result_sha256="0" * 64,
+        result_bytes=2**40,
+        dag_count=2**31,
+        handler_count=2**31,
+        runtime_exit_code=-9,
+        runtime_pids=list(range(4_000_000, 4_001_000)),
+        logs=LogStats(relayed_lines=10**9, dropped_lines=10**12, truncated_lines=10**9),
+        timings=Timings(**{f: 1e9 for f in Timings.model_fields}),
+    )
+    encoded = summary.to_json().encode()
+    assert len(encoded) <= MAX_SUMMARY_BYTES < 4096
+    assert summary.artifact.endswith("/artifact.min.mjs")
+    assert summary.error is not None and summary.error.endswith("…")
+    assert len(summary.runtime_pids) == 16
+    assert ProbeSummary.model_validate_json(encoded) == summary
+
+
+@pytest.mark.parametrize(
+    ("kind", "code"),
+    [
+        (ProbeErrorKind.ARTIFACT_REFUSED, ExitCode.ARTIFACT_REFUSED),
+        (ProbeErrorKind.LAUNCH_FAILED, ExitCode.DRIVER_ERROR),
+        (ProbeErrorKind.DRIVER_ERROR, ExitCode.DRIVER_ERROR),
+        (ProbeErrorKind.CONNECT_TIMEOUT, ExitCode.PROBE_FAILED),
+        (ProbeErrorKind.PROCESSES_LEFT, ExitCode.PROBE_FAILED),
+    ],
+)
+def test_exit_codes(kind: ProbeErrorKind, code: ExitCode) -> None:
+    summary = ProbeSummary(status="error", error_kind=kind, artifact="a", language="go")
+    assert summary.exit_code == code
+    assert ok_summary("x").exit_code == ExitCode.OK
+    assert int(ExitCode.OK) == 0
+
+
+def test_summary_rejects_a_malformed_hash() -> None:
+    with pytest.raises(ValidationError, match="result_sha256"):
+        ProbeSummary(status="ok", artifact="a", language="go", result_sha256="ABC")
+
+
+def test_accepts_the_line_after_the_marker_when_the_hash_matches() -> None:
+    line = result_line(RESULT)
+    log = "\n".join(['{"event": "starting"}', RESULT_MARKER, line, '{"event": "done"}'])
+    assert accept_result(log, ok_summary(line)) == RESULT
+
+
+def test_result_line_is_one_compact_line() -> None:
+    line = result_line(RESULT)
+    assert "\n" not in line and ", " not in line
+    assert TaskHandlerParsingResult.model_validate_json(line) == RESULT
+
+
+def test_takes_the_last_marker() -> None:
+    assert find_result_line(["a", RESULT_MARKER, "first", RESULT_MARKER, "second"]) == "second"
+    assert find_result_line(["a", RESULT_MARKER]) is None
+    assert find_result_line([f"{RESULT_MARKER}\r\n", "x\r\n"]) == "x"
+
+
+def test_rejects_a_line_that_does_not_match_the_hash() -> None:
+    line = result_line(RESULT)
+    tampered = line.replace("extract", "extrakt")
+    with pytest.raises(ResultRejected, match=r"the logged result hashes to [0-9a-f]{64}, the"):
+        accept_result(f"{RESULT_MARKER}\n{tampered}\n", ok_summary(line))
+
+
+def test_rejects_a_log_without_marker() -> None:
+    with pytest.raises(ResultRejected, match="no result marker followed by a line"):
+        accept_result("nothing here\n", ok_summary("x"))
+
+
+def test_rejects_a_failed_probe() -> None:
+    failed = ProbeSummary(
+        status="error",
+        error_kind=ProbeErrorKind.ANSWER_TIMEOUT,
+        error="The runtime did not send a parse result within 60s",
+        artifact="a",
+        language="go",
+    )
+    with pytest.raises(ResultRejected, match="did not succeed: The runtime did not send"):
+        accept_result(f"{RESULT_MARKER}\n{result_line(RESULT)}\n", failed)
+
+
+def test_control_characters_cannot_inflate_the_summary() -> None:
+    summary = ProbeSummary(
+        status="error",
+        error_kind=ProbeErrorKind.INVALID_MESSAGE,
+        error="unexpected message type '" + "\x00" * 5000 + "'",
+        artifact="\x01" * 5000,
+        language="go",
+    )
+    assert len(summary.to_json().encode()) <= MAX_SUMMARY_BYTES
+    assert summary.error is not None and summary.error.startswith("unexpected message type '")
