@@ -7,6 +7,7 @@ are ratios that survive a noisy, shared machine better than absolute times.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import sys
@@ -16,7 +17,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+# THOP_BENCH_RESULTS lets the smoke test write elsewhere than the real results.
+RESULTS_DIR = Path(
+    os.environ.get("THOP_BENCH_RESULTS") or Path(__file__).resolve().parent / "results"
+)
 
 T = TypeVar("T")
 
@@ -86,7 +90,7 @@ def print_table(
 
 
 def write_json(name: str, payload: Mapping[str, Any]) -> Path:
-    """Write ``payload`` plus run metadata to ``benchmarks/results/<name>.json``."""
+    """Write ``payload`` plus run metadata to ``<RESULTS_DIR>/<name>.json``."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     document = {
         "benchmark": name,

@@ -1,0 +1,91 @@
+"""Each benchmark runs end to end at a tiny scale, so none of them rots unnoticed.
+
+Numbers are not checked here (tests never fail on timing); only that a benchmark finishes,
+prints its table and writes a JSON document with its measurements.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def run_benchmark(name: str, *args: str, results: Path) -> dict[str, object]:
+    env = {**os.environ, "THOP_BENCH_RESULTS": str(results)}
+    proc = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{name}", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "----" in proc.stdout, "the benchmark printed no table"
+    document: dict[str, object] = json.loads((results / f"{name}.json").read_text())
+    assert document["benchmark"] == name
+    return document
+
+
+def test_listing_benchmark_runs(tmp_path: Path) -> None:
+    document = run_benchmark(
+        "listing",
+        "--scale",
+        "0.001",
+        "--repeat",
+        "1",
+        "--workdir",
+        str(tmp_path),
+        results=tmp_path / "results",
+    )
+    rows = document["rows"]
+    assert isinstance(rows, list)
+    assert [row["set"] for row in rows] == ["java (Spark-shaped)", "go", "typescript", "total"]
+    # Shape checks only: the Spark-shaped bundle has one handler JAR among 167.
+    assert rows[0]["files"] == 167 and rows[0]["candidates"] == 1
+
+
+def test_probe_benchmark_runs(tmp_path: Path) -> None:
+    document = run_benchmark(
+        "probe",
+        "--repeat",
+        "1",
+        "--cli-repeat",
+        "1",
+        "--language",
+        "go",
+        results=tmp_path / "results",
+    )
+    results = document["results"]
+    assert isinstance(results, list)
+    assert [row["language"] for row in results] == ["go"]
+
+
+def test_database_benchmark_runs(tmp_path: Path) -> None:
+    document = run_benchmark(
+        "database",
+        "--pairs",
+        "200",
+        "--rows",
+        "2000",
+        "--bindings",
+        "200",
+        results=tmp_path / "results",
+    )
+    resolve = document["resolve"]
+    assert isinstance(resolve, dict)
+    assert resolve["round_trips"] == 1 and resolve["resolved"] == 200
+    statements = document["statements"]
+    assert isinstance(statements, list)
+    # The write path's statement count does not grow with the number of artifacts.
+    assert len({row["statements"] for row in statements}) == 1
