@@ -296,6 +296,14 @@ def test_kubectl_logs(kube_cluster: KubeCluster, kube: Kube) -> None:
     assert kube.log("talker", limit_bytes=6) == "line-1"
 
 
+def test_kubectl_reports_the_stamped_server_version(kube_cluster: KubeCluster) -> None:
+    # The build stamps the real version: Helm charts with kubeVersion constraints depend on it.
+    expected = f"v{expected_versions().kubernetes}"
+    report = json.loads(kube_cluster.kubectl("version", "-o", "json").stdout)
+    assert report["serverVersion"]["gitVersion"] == expected
+    assert report["clientVersion"]["gitVersion"] == expected
+
+
 def test_kubectl_logs_follow_streams_until_the_container_exits(
     kube_cluster: KubeCluster, kube: Kube
 ) -> None:
