@@ -30,12 +30,12 @@ k8s-bins:
 airflow-venv:
 	@bash hack/airflow-venv.sh
 
-demo: venv
-	$(BIN)/taskhandler-operator --help
+demo: venv system-deps airflow-venv
+	$(BIN)/python hack/demo.py
 
 lint: venv
-	$(BIN)/ruff check operator tests benchmarks
-	$(BIN)/ruff format --check operator tests benchmarks
+	$(BIN)/ruff check operator tests benchmarks hack
+	$(BIN)/ruff format --check operator tests benchmarks hack
 
 typecheck: venv
 	$(BIN)/mypy
