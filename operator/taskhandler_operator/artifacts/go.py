@@ -33,6 +33,7 @@ from taskhandler_operator.artifacts.models import (
     check_schema_version,
     is_executable,
     normalize_cache_digest,
+    verify_path,
 )
 
 FOOTER_MAGIC = b"AFBNDL01"
@@ -168,11 +169,7 @@ def _listing_digest(f: OpenFile, trailer: Trailer) -> str | None:
 
 def verify_file(path: Path, name: str) -> VerifiedArtifact:
     """Open ``path`` and run :func:`verify_open`; ``name`` is how messages refer to it."""
-    try:
-        with OpenFile.open(path) as f:
-            return verify_open(f, name)
-    except OSError as exc:
-        raise ArtifactVerificationError(f"{name}: cannot be read ({exc})") from None
+    return verify_path(path, name, verify_open)
 
 
 def verify_open(f: OpenFile, name: str) -> VerifiedArtifact:

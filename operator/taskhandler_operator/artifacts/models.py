@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import date
 from enum import StrEnum
@@ -185,3 +185,14 @@ def check_schema_version(value: object) -> str:
     if parsed is None or parsed.isoformat() != value:
         raise ValueError(f"supervisor schema version {value!r} is not a YYYY-MM-DD date")
     return value
+
+
+def verify_path(
+    path: Path, name: str, check: Callable[[OpenFile, str], VerifiedArtifact]
+) -> VerifiedArtifact:
+    """Open ``path`` once and run a reader's ``check`` on it; a failed read names the file."""
+    try:
+        with OpenFile.open(path) as f:
+            return check(f, name)
+    except OSError as exc:
+        raise ArtifactVerificationError(f"{name}: cannot be read ({exc})") from None

@@ -29,6 +29,7 @@ from taskhandler_operator.artifacts.models import (
     OpenFile,
     VerifiedArtifact,
     check_schema_version,
+    verify_path,
 )
 
 SUFFIX = ".min.mjs"
@@ -222,11 +223,8 @@ def read_candidate(f: OpenFile, rel_path: str) -> Candidate | None:
 
 
 def verify_file(path: Path, name: str) -> VerifiedArtifact:
-    try:
-        with OpenFile.open(path) as f:
-            return verify_open(f, name)
-    except OSError as exc:
-        raise ArtifactVerificationError(f"{name}: cannot be read ({exc})") from None
+    """Open ``path`` and run :func:`verify_open`; ``name`` is how messages refer to it."""
+    return verify_path(path, name, verify_open)
 
 
 def verify_open(f: OpenFile, name: str) -> VerifiedArtifact:
