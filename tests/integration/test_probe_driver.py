@@ -13,8 +13,10 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 from dataclasses import dataclass
@@ -33,7 +35,7 @@ from taskhandler_operator.protocol.summary import (
     ProbeSummary,
     accept_result,
 )
-from tests.fixtures.packers import write_jar, write_typescript_bundle
+from tests.fixtures.packers import write_go_bundle, write_jar, write_typescript_bundle
 from tests.fixtures.runtimes import JAVA_MAIN_CLASS, LANGUAGES, PID_FILE_ENV, RuntimeFactory
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -425,3 +427,51 @@ def test_missing_launcher_is_a_driver_error(runtime_factory: RuntimeFactory, pro
         "on PATH"
     )
     assert run.pids == []
+
+
+# -- a connection from outside the runtime's process tree -----------------------------------
+
+RUNTIMES_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "runtimes"
+PATIENT_RUNTIME = RUNTIMES_DIR / "python" / "patient_runtime.py"
+
+
+def test_connection_from_outside_the_process_tree_is_refused(
+    probe: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A Go bundle whose "binary" is a shell script: sh execs the real runtime before it would
+    # ever read the trailer, and the bundle still passes full verification.
+    launcher = f'#!/bin/sh\nexec "{sys.executable}" "{PATIENT_RUNTIME}" "$@"\n'.encode()
+    artifact = write_go_bundle(tmp_path / "bundle" / "patient", launcher)
+    port_file, go_file = tmp_path / "comm-port", tmp_path / "go"
+    monkeypatch.setenv("THOP_TEST_PORT_FILE", str(port_file))
+    monkeypatch.setenv("THOP_TEST_GO_FILE", str(go_file))
+    intruder: dict[str, Any] = {}
+
+    def intrude() -> None:
+        deadline = time.monotonic() + 20
+        while not port_file.exists() or not port_file.read_text():
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.02)
+        # The test process is not in the runtime's tree: its connection must be closed unread,
+        # and the probe must still get the real runtime's answer afterwards.
+        with socket.create_connection(("127.0.0.1", int(port_file.read_text())), timeout=10) as s:
+            s.sendall(b"\x00\x00\x00\x01\xc0")
+            intruder["closed"] = s.recv(1024) == b""
+        go_file.touch()
+
+    thread = threading.Thread(target=intrude)
+    thread.start()
+    try:
+        run = probe(artifact, "go")
+    finally:
+        go_file.touch()
+        thread.join(timeout=30)
+
+    assert intruder.get("closed") is True
+    (refused,) = run.events("refused a connection from outside the runtime's process tree")
+    assert refused["channel"] == "comm"
+    assert run.code == 0, run.summary
+    assert run.summary.handler_count == 1
+    accepted = accept_result(run.log, run.summary)
+    assert list(accepted.task_handlers) == ["intruder_test"]
