@@ -247,6 +247,7 @@ def _verify_sources(
     if not isinstance(sources, list):
         raise fail("metadata sources is not a list")
     paths: set[str] = set()
+    listed = 0
     for index, entry in enumerate(sources):
         where = f"metadata sources[{index}]"
         if not isinstance(entry, dict):
@@ -269,6 +270,14 @@ def _verify_sources(
                 f"{where} ({path}) ends at {offset + length}, past the "
                 f"{source_len}-byte source region"
             )
+        # Files are concatenated, so together they fit in the region. Without this bound,
+        # entries repeating one large range would make verification hash it without end.
+        listed += length
+        if listed > source_len:
+            raise fail(
+                f"metadata sources list {listed} bytes by {where}, more than the "
+                f"{source_len}-byte source region: the listed files overlap"
+            )
         if not isinstance(digest, str) or not _SHA256_HEX.fullmatch(digest):
             raise fail(f"{where}.sha256 is not 64 lowercase hex digits")
         start = source_start + offset
@@ -279,14 +288,15 @@ def _verify_sources(
                 f"(metadata {digest}, region {actual})"
             )
     entrypoint = metadata.get("entrypoint_path")
-    if entrypoint is not None and entrypoint not in paths:
+    # isinstance first: YAML can give a list or a mapping, which a set lookup cannot hash.
+    if entrypoint is not None and (not isinstance(entrypoint, str) or entrypoint not in paths):
         raise fail(f"metadata entrypoint_path {entrypoint!r} is not one of the listed sources")
     dag_paths = metadata.get("dag_source_paths")
     if dag_paths is not None:
         if not isinstance(dag_paths, dict):
             raise fail("metadata dag_source_paths is not a mapping")
         for dag_id, value in dag_paths.items():
-            if value not in paths:
+            if not isinstance(value, str) or value not in paths:
                 raise fail(
                     f"metadata dag_source_paths[{dag_id!r}] {value!r} is not one of the "
                     "listed sources"

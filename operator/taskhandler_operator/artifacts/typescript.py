@@ -164,6 +164,14 @@ def parse_layout(line: bytes, file_size: int) -> Layout:
         path = item.get("path")
         if not isinstance(path, str) or not path or "\n" in path:
             raise LayoutError(f"layout {where}.path is missing, empty or contains a newline")
+        if not path.isascii():
+            try:
+                path.encode()
+            except UnicodeEncodeError:
+                # A JSON \u escape can spell a lone surrogate, which no UTF-8 opener holds.
+                raise LayoutError(
+                    f"layout {where}.path is not valid Unicode (a lone surrogate)"
+                ) from None
         if path in seen:
             raise LayoutError(f"layout lists source {path!r} twice")
         seen.add(path)

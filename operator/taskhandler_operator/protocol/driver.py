@@ -79,6 +79,10 @@ async def run_probe(config: ProbeConfig, log: EventLog) -> ProbeOutcome:
     except ArtifactVerificationError as exc:
         timings["verify_ms"] = ms_since(started)
         return _failed(config, None, ProbeErrorKind.ARTIFACT_REFUSED, str(exc), timings, started)
+    except Exception as exc:  # a reader bug on a hostile artifact must still end in a summary
+        timings["verify_ms"] = ms_since(started)
+        message = f"probe driver error: {type(exc).__name__}: {exc}"
+        return _failed(config, None, ProbeErrorKind.DRIVER_ERROR, message, timings, started)
     timings["verify_ms"] = ms_since(started)
     log.info(
         "artifact verified",

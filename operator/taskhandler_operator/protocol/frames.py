@@ -108,7 +108,8 @@ def _unpack(payload: bytes) -> object:
         )
     except msgpack.ExtraData as exc:
         raise MalformedFrame("payload has bytes after its msgpack value") from exc
-    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+    # OverflowError: a timestamp extension beyond what a datetime can hold.
+    except (ValueError, TypeError, OverflowError, msgpack.UnpackException) as exc:
         reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         raise MalformedFrame(f"payload is not valid msgpack ({reason})") from exc
 

@@ -149,7 +149,7 @@ def describe_line(source: str, line: bytes, truncated: bool) -> tuple[Level, str
     if source == "logs" and not truncated:
         try:
             record = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested too deeply
             record = None
         if isinstance(record, dict):
             event = record.get("event")

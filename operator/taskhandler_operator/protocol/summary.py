@@ -178,8 +178,12 @@ def _shorten(text: str, limit: int, *, keep_end: bool = False) -> str:
 
 
 def result_line(result: TaskHandlerParsingResult) -> str:
-    """The one-line JSON form of a result that follows :data:`RESULT_MARKER` in the log."""
-    return json.dumps(result.model_dump(mode="json"), ensure_ascii=False, separators=(",", ":"))
+    """The one-line JSON form of a result that follows :data:`RESULT_MARKER` in the log.
+
+    ASCII only: a runtime's strings may hold U+2028, U+0085 and the like, which JSON leaves
+    unescaped and which some line splitters (Python's ``str.splitlines``) treat as line ends.
+    """
+    return json.dumps(result.model_dump(mode="json"), ensure_ascii=True, separators=(",", ":"))
 
 
 def sha256_text(text: str) -> str:
@@ -208,7 +212,8 @@ def accept_result(log_text: str, summary: ProbeSummary) -> TaskHandlerParsingRes
     """The probe's result, only if the summary says ok and the logged line matches its hash."""
     if not summary.ok or summary.result_sha256 is None:
         raise ResultRejected(f"the probe did not succeed: {summary.error or 'no result hash'}")
-    line = find_result_line(log_text.splitlines())
+    # Split on "\n" only, as the kubelet does: splitlines() also breaks at U+2028 and friends.
+    line = find_result_line(log_text.split("\n"))
     if line is None:
         raise ResultRejected("the probe log has no result marker followed by a line")
     digest = sha256_text(line)

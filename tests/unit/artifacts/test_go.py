@@ -355,11 +355,47 @@ _GOOD_SDK = "sdk: {supervisor_schema_version: '2026-10-30'}\n"
             "dag_source_paths: {d1: c}\n",
             "etl: metadata dag_source_paths['d1'] 'c' is not one of the listed sources",
         ),
+        # YAML gives unhashable values here; they must fail as a clear error, not a TypeError.
+        (
+            f"sources: [{{path: a, offset: 0, length: 0, sha256: {EMPTY_SHA}}}]\n"
+            "entrypoint_path: [a]\n",
+            "etl: metadata entrypoint_path ['a'] is not one of the listed sources",
+        ),
+        (
+            f"sources: [{{path: a, offset: 0, length: 0, sha256: {EMPTY_SHA}}}]\n"
+            "dag_source_paths: {d1: {x: 1}}\n",
+            "etl: metadata dag_source_paths['d1'] {'x': 1} is not one of the listed sources",
+        ),
     ],
 )
 def test_sources_metadata_errors(tmp_path: Path, sources_yaml: str, expected: str) -> None:
     path = _bundle_with_metadata(tmp_path, (_GOOD_SDK + sources_yaml).encode())
     assert _verify_error(path) == expected
+
+
+def test_sources_repeating_one_range_are_refused_before_hashing_it_again(
+    tmp_path: Path,
+) -> None:
+    # Each entry alone is in range and intact; together they list more bytes than the
+    # region holds, which only overlapping files can do (and which would make
+    # verification hash the same range once per entry).
+    content = b"package main\n" * 100
+    entry = {
+        "path": "main.go",
+        "offset": 0,
+        "length": len(content),
+        "sha256": hashlib.sha256(content).hexdigest(),
+    }
+    path = write_go_bundle(
+        tmp_path / "etl",
+        BINARY,
+        sources={"main.go": content},
+        metadata_extra={"sources": [entry, {**entry, "path": "copy.go"}]},
+    )
+    assert _verify_error(path) == (
+        f"etl: metadata sources list {2 * len(content)} bytes by metadata sources[1], more "
+        f"than the {len(content)}-byte source region: the listed files overlap"
+    )
 
 
 def test_verify_names_file_by_given_path_without_bundle_root(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from taskhandler_operator.artifacts import typescript
+from taskhandler_operator.artifacts.listing import list_candidates
 from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile
 from taskhandler_operator.artifacts.verify import ArtifactVerificationError, verify_artifact
 from tests.fixtures.packers import escape_ts_source, pack_typescript_bundle, write_typescript_bundle
@@ -217,6 +218,25 @@ def test_duplicate_source_paths_are_a_layout_error(tmp_path: Path) -> None:
     path = tmp_path / "bad.min.mjs"
     path.write_bytes(_relayout(GOOD, layout))
     assert _listing_error(path) == "bad.min.mjs: layout lists source 'entry.ts' twice"
+
+
+def test_source_path_with_a_lone_surrogate_is_a_layout_error(tmp_path: Path) -> None:
+    # "\ud800ab" is as long in JSON as "entry.ts", so every offset still agrees and only
+    # the path is wrong. One such file must not stop the listing of the others.
+    bad = _mutated_layout(sources__0__path="\ud800ab")
+    assert len(bad) == len(GOOD)
+    (tmp_path / "bad.min.mjs").write_bytes(bad)
+    (tmp_path / "good.min.mjs").write_bytes(GOOD)
+    expected = "bad.min.mjs: layout sources[0].path is not valid Unicode (a lone surrogate)"
+    assert _listing_error(tmp_path / "bad.min.mjs") == expected
+    listed = list_candidates(tmp_path, Language.TYPESCRIPT).candidates
+    assert [(c.rel_path, c.error) for c in listed] == [
+        ("bad.min.mjs", expected),
+        ("good.min.mjs", None),
+    ]
+    with pytest.raises(ArtifactVerificationError) as info:
+        verify_artifact(tmp_path / "bad.min.mjs", Language.TYPESCRIPT, bundle_root=tmp_path)
+    assert str(info.value) == expected
 
 
 def test_oversized_declared_regions_are_layout_errors(tmp_path: Path) -> None:

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from taskhandler_operator.artifacts.models import Language, VerifiedArtifact
+from taskhandler_operator.protocol import driver
 from taskhandler_operator.protocol.driver import ProbeConfig, build_command, runtime_environment
+from taskhandler_operator.protocol.eventlog import EventLog
 from taskhandler_operator.protocol.schema_versions import (
     KNOWN_SCHEMA_VERSIONS,
     UnknownSchemaVersion,
     check_known_schema_version,
 )
+from taskhandler_operator.protocol.summary import ExitCode, ProbeErrorKind
 
 
 def verified(language: Language, path: str, **kw: object) -> VerifiedArtifact:
@@ -100,3 +104,20 @@ def test_known_schema_versions() -> None:
     assert str(info.value).startswith(
         "etl uses supervisor schema version '1999-01-01', which this supervisor does not know"
     )
+
+
+async def test_unexpected_verification_exception_still_ends_in_a_summary(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Only the routing of run_probe is under test: a reader that raises something other
+    # than ArtifactVerificationError must give a driver_error summary, not escape.
+    def broken(*_args: object) -> VerifiedArtifact:
+        raise TypeError("unhashable type: 'list'")
+
+    monkeypatch.setattr(driver, "verify_artifact", broken)
+    config = ProbeConfig(artifact=tmp_path / "etl", language=Language.GO)
+    outcome = await driver.run_probe(config, EventLog(io.StringIO()))
+    assert outcome.result is None
+    assert outcome.summary.error_kind is ProbeErrorKind.DRIVER_ERROR
+    assert outcome.summary.error == "probe driver error: TypeError: unhashable type: 'list'"
+    assert outcome.summary.exit_code == ExitCode.DRIVER_ERROR

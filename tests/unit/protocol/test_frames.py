@@ -77,6 +77,15 @@ def test_msgpack_timestamps_become_datetimes() -> None:
     assert decode_request(payload).body == {"at": when}
 
 
+@pytest.mark.parametrize("seconds", [2**62, -(2**62)])
+def test_timestamp_beyond_datetime_range_is_a_malformed_frame(seconds: int) -> None:
+    # timestamp 96: 4-byte nanoseconds, 8-byte signed seconds (ext type -1)
+    stamp = b"\xc7\x0c\xff" + struct.pack(">Iq", 0, seconds)
+    with pytest.raises(MalformedFrame) as info:
+        decode_request(b"\x92\x00\x81\xa2at" + stamp)
+    assert str(info.value).startswith("payload is not valid msgpack (OverflowError: ")
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [

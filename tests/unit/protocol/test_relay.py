@@ -92,6 +92,20 @@ def test_non_json_and_stderr_are_text() -> None:
     }
 
 
+async def test_deeply_nested_record_is_relayed_as_text_and_relaying_goes_on() -> None:
+    # json.loads raises RecursionError (not ValueError) on deep nesting; the relay must not
+    # die on it, or the runtime's logs channel would no longer be drained.
+    deep = b"[" * 5000 + b"]" * 5000
+    out = io.StringIO()
+    reader = asyncio.StreamReader()
+    reader.feed_data(deep + b'\n{"event":"after","level":"info"}\n')
+    reader.feed_eof()
+    await relay_stream(reader, "logs", EventLog(out), RelayBudget())
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [r["event"] for r in records] == ["runtime logs", "after"]
+    assert records[0]["line"] == deep.decode()
+
+
 def test_long_event_text_is_shortened() -> None:
     _, event, _ = describe_line("logs", json.dumps({"event": "e" * 5000}).encode(), False)
     assert event == "e" * 512

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 
 import pytest
 from pydantic import ValidationError
@@ -99,6 +100,20 @@ def test_result_line_is_one_compact_line() -> None:
     line = result_line(RESULT)
     assert "\n" not in line and ", " not in line
     assert TaskHandlerParsingResult.model_validate_json(line) == RESULT
+
+
+@pytest.mark.parametrize("text", ["a\u2028b", "a\u2029b", "a\x85b", "a\x1cb", "\u00e9t\u00e9"])
+def test_result_with_unicode_line_separators_is_accepted(text: str) -> None:
+    # JSON leaves U+2028/U+2029/U+0085 unescaped; str.splitlines() would cut the line there.
+    result = RESULT.model_copy(update={"import_errors": {"etl": text}})
+    line = result_line(result)
+    assert line.isascii()
+    log = f"{RESULT_MARKER}\n{line}\n"
+    assert accept_result(log, ok_summary(line)).import_errors == {"etl": text}
+    # A reader also takes the unescaped form: lines end at "\n" only, as in a container log.
+    raw = json.dumps(result.model_dump(mode="json"), ensure_ascii=False, separators=(",", ":"))
+    accepted = accept_result(f"{RESULT_MARKER}\n{raw}\n", ok_summary(raw))
+    assert accepted.import_errors == {"etl": text}
 
 
 def test_takes_the_last_marker() -> None:
