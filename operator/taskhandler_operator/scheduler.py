@@ -203,20 +203,32 @@ def attach_task_handlers(
 # --- reasons -----------------------------------------------------------------------------------
 
 
+#: Problems of the rest of a Dag quoted when a stub has none of its own.
+MAX_DAG_PROBLEMS_QUOTED = 3
+
+
 def _reasons_statement() -> Select[Any]:
-    wanted = _pairs_table()
+    """The error problems of the requested Dags, whole Dags rather than pairs: a Dag with an
+    error anywhere keeps its rows untouched, which is why a stub without a problem of its own
+    can still have no binding."""
     p = problem_table
+    dag_ids = bindparam("dag_ids", type_=ARRAY(Text()))
     return (
-        select(p.c.dag_id, p.c.task_id, p.c.message)
-        .join(wanted, (p.c.dag_id == wanted.c.dag_id) & (p.c.task_id == wanted.c.task_id))
-        .where(p.c.severity == "error")
+        select(p.c.dag_id, p.c.task_id, p.c.kind, p.c.message)
+        .where(p.c.dag_id == dag_ids.any_(), p.c.severity == "error")
         .order_by(
             p.c.dag_id,
-            p.c.task_id,
+            p.c.task_id.nulls_first(),
             case((p.c.kind == "conflict", 1), else_=0),
             p.c.message,
         )
     )
+
+
+def _dag_chunks(keys: Sequence[TaskKey], size: int) -> Iterator[dict[str, list[str]]]:
+    dag_ids = list(dict.fromkeys(dag_id for dag_id, _ in keys))
+    for start in range(0, len(dag_ids), size):
+        yield {"dag_ids": dag_ids[start : start + size]}
 
 
 def no_record_reason(key: TaskKey) -> str:
@@ -227,14 +239,36 @@ def no_record_reason(key: TaskKey) -> str:
     )
 
 
+def kept_dag_reason(key: TaskKey, dag_problems: Sequence[str]) -> str:
+    """A stub whose Dag was left unchanged because of problems elsewhere in the Dag."""
+    quoted = "; ".join(dag_problems[:MAX_DAG_PROBLEMS_QUOTED])
+    more = len(dag_problems) - MAX_DAG_PROBLEMS_QUOTED
+    suffix = f" (and {more} more)" if more > 0 else ""
+    return (
+        f"Dag {key[0]!r}, task {key[1]!r}: no task handler binding is recorded; the Dag's "
+        f"bindings are left unchanged until its problems are fixed: {quoted}{suffix}"
+    )
+
+
 def _collect(rows: Iterable[Any], keys: Sequence[TaskKey]) -> dict[TaskKey, str]:
-    found: dict[TaskKey, list[str]] = {}
+    by_dag: dict[str, list[Any]] = {}
     for row in rows:
-        found.setdefault((row.dag_id, row.task_id), []).append(row.message)
-    return {
-        key: "; ".join(dict.fromkeys(found[key])) if key in found else no_record_reason(key)
-        for key in keys
-    }
+        by_dag.setdefault(row.dag_id, []).append(row)
+    reasons: dict[TaskKey, str] = {}
+    for key in keys:
+        dag_rows = by_dag.get(key[0], [])
+        own = [row.message for row in dag_rows if row.task_id == key[1]]
+        # A conflict on another task does not stop the Dag's other rows from being written.
+        elsewhere = [
+            row.message for row in dag_rows if row.task_id != key[1] and row.kind != "conflict"
+        ]
+        if own:
+            reasons[key] = "; ".join(dict.fromkeys(own))
+        elif elsewhere:
+            reasons[key] = kept_dag_reason(key, list(dict.fromkeys(elsewhere)))
+        else:
+            reasons[key] = no_record_reason(key)
+    return reasons
 
 
 async def explain_unbound(
@@ -247,11 +281,11 @@ async def explain_unbound(
     rows: list[Any] = []
     async with translate_errors():
         if isinstance(engine, AsyncConnection):
-            for params in _chunks(keys, DEFAULT_CHUNK_SIZE):
+            for params in _dag_chunks(keys, DEFAULT_CHUNK_SIZE):
                 rows += (await engine.execute(_reasons_statement(), params)).all()
         else:
             async with engine.connect() as conn:
-                for params in _chunks(keys, DEFAULT_CHUNK_SIZE):
+                for params in _dag_chunks(keys, DEFAULT_CHUNK_SIZE):
                     rows += (await conn.execute(_reasons_statement(), params)).all()
     return _collect(rows, keys)
 
@@ -262,6 +296,6 @@ def explain_unbound_sync(
     keys = _unique(pairs)
     rows: list[Any] = []
     with translate_errors_sync():
-        for params in _chunks(keys, DEFAULT_CHUNK_SIZE):
+        for params in _dag_chunks(keys, DEFAULT_CHUNK_SIZE):
             rows += conn.execute(_reasons_statement(), params).all()
     return _collect(rows, keys)

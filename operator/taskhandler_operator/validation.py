@@ -194,7 +194,7 @@ def _validate_dag(
                 "error",
                 "ambiguous",
                 stub.task_id,
-                f"registered by {paths} in bundle {bundle_name!r}",
+                f"registered by {paths} in Dag bundle {bundle_name!r}",
             )
             continue
         rel_path, declaration = found[0]
@@ -233,7 +233,7 @@ def _problem_order(problem: Problem) -> tuple[bool, str]:
 
 
 def _unbound_text(bundle_name: str, broken: Sequence[BrokenCandidate]) -> str:
-    text = f"no artifact in bundle {bundle_name!r} registers it"
+    text = f"no artifact in Dag bundle {bundle_name!r} registers it"
     if broken:
         listed = ", ".join(f"{b.rel_path!r} ({b.reason})" for b in broken)
         text += f"; no answer from {listed}"

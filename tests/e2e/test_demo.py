@@ -30,7 +30,7 @@ BINDINGS = (
     ("transform", "orders-java", "orders-transform.jar"),
 )
 UNBOUND_PUBLISH = (
-    "Dag 'orders_etl', task 'publish': no artifact in bundle 'orders-typescript' registers it"
+    "Dag 'orders_etl', task 'publish': no artifact in Dag bundle 'orders-typescript' registers it"
 )
 
 

@@ -118,7 +118,7 @@ def test_exactly_one_claim_binds() -> None:
 def test_no_claim_is_an_error_naming_the_bundle() -> None:
     v = verdict_of(dag(stub("extract")), artifact("etl.jar", handler("load", [])))
     assert error_texts(v) == [
-        "Dag 'etl', task 'extract': no artifact in bundle 'java-task-handlers' registers it"
+        "Dag 'etl', task 'extract': no artifact in Dag bundle 'java-task-handlers' registers it"
     ]
     assert v.bindings is None
 
@@ -130,7 +130,7 @@ def test_no_claim_lists_the_artifacts_that_gave_no_answer() -> None:
     )
     v = verdict_of(dag(stub("extract")), broken=broken)
     assert error_texts(v) == [
-        "Dag 'etl', task 'extract': no artifact in bundle 'java-task-handlers' registers it; "
+        "Dag 'etl', task 'extract': no artifact in Dag bundle 'java-task-handlers' registers it; "
         "no answer from 'a.jar' (no Main-Class), 'b.jar' (probe timed out)"
     ]
 
@@ -142,7 +142,7 @@ def test_two_claims_name_both_artifacts() -> None:
         artifact("a.jar", handler("extract", [])),
     )
     assert error_texts(v) == [
-        "Dag 'etl', task 'extract': registered by 'a.jar' and 'b.jar' in bundle "
+        "Dag 'etl', task 'extract': registered by 'a.jar' and 'b.jar' in Dag bundle "
         "'java-task-handlers'"
     ]
     assert v.bindings is None
@@ -154,7 +154,7 @@ def test_three_claims_are_listed_with_commas() -> None:
         *(artifact(f"{n}.jar", handler("t", [])) for n in ("a", "b", "c")),
     )
     assert error_texts(v) == [
-        "Dag 'etl', task 't': registered by 'a.jar', 'b.jar' and 'c.jar' in bundle "
+        "Dag 'etl', task 't': registered by 'a.jar', 'b.jar' and 'c.jar' in Dag bundle "
         "'java-task-handlers'"
     ]
 
@@ -535,8 +535,8 @@ def test_report_lists_dag_problems_first_then_tasks_in_order() -> None:
     assert v.report() == (
         "Stub tasks in etl.py do not match their task handlers:\n"
         "- Dag 'etl': tasks[3] is a string, expected an operator\n"
-        "- Dag 'etl', task 'a': no artifact in bundle 'java-task-handlers' registers it\n"
-        "- Dag 'etl', task 'b': no artifact in bundle 'java-task-handlers' registers it"
+        "- Dag 'etl', task 'a': no artifact in Dag bundle 'java-task-handlers' registers it\n"
+        "- Dag 'etl', task 'b': no artifact in Dag bundle 'java-task-handlers' registers it"
     )
 
 

@@ -54,16 +54,20 @@ class InvalidDatabaseUrl(DatabaseError, ValueError):
     """The URL does not name a PostgreSQL database."""
 
 
+def _parse_url(url: str | URL) -> URL:
+    try:
+        return make_url(url)
+    except sqlalchemy.exc.ArgumentError as exc:
+        raise InvalidDatabaseUrl(f"not a database URL: {exc}") from None
+
+
 def normalize_url(url: str | URL) -> URL:
     """The URL with the psycopg 3 driver, whatever PostgreSQL spelling the caller used.
 
     Airflow configurations usually say ``postgresql+psycopg2://`` or ``postgresql://``; the
     operator ships psycopg 3 only, which speaks to the same servers.
     """
-    try:
-        parsed = make_url(url)
-    except sqlalchemy.exc.ArgumentError as exc:
-        raise InvalidDatabaseUrl(f"not a database URL: {exc}") from None
+    parsed = _parse_url(url)
     backend = parsed.get_backend_name()
     if backend not in ("postgresql", "postgres"):
         raise InvalidDatabaseUrl(
@@ -75,7 +79,7 @@ def normalize_url(url: str | URL) -> URL:
 
 def describe(url: str | URL) -> str:
     """``host:port/database`` for messages, never the password."""
-    parsed = make_url(url)
+    parsed = _parse_url(url)
     port = f":{parsed.port}" if parsed.port else ""
     return f"{parsed.host or 'localhost'}{port}/{parsed.database or ''}"
 

@@ -65,7 +65,7 @@ from taskhandler_operator.db.tables import (
     problem_table,
     stored_task_handlers,
 )
-from taskhandler_operator.protocol.messages import TaskHandlerArtifact
+from taskhandler_operator.protocol.messages import TaskHandlerArtifact, contains_nul
 from taskhandler_operator.validation import DagVerdict, Problem
 
 DagOutcome = Literal["reconciled", "kept", "conflict"]
@@ -87,6 +87,18 @@ class ArtifactRecord(BaseModel):
     artifact: TaskHandlerArtifact
     probed_at: datetime | None = None
     revision: str | None = None
+
+    @model_validator(mode="after")
+    def _storable(self) -> ArtifactRecord:
+        # Runtime output is untrusted. PostgreSQL's json column takes a \u0000 escape but the
+        # jsonb comparison of every later pass does not, so one such declaration would fail
+        # the bundle's passes forever; refuse it here, for this artifact alone.
+        if contains_nul(stored_task_handlers(self.artifact.task_handlers)):
+            raise ValueError(
+                f"artifact {self.artifact.relative_fileloc!r} declares task handlers containing "
+                "a NUL character, which the database cannot store"
+            )
+        return self
 
 
 class BundlePass(BaseModel):
@@ -570,7 +582,8 @@ def _problem_params(problems: Sequence[Problem]) -> tuple[list[str], dict[str, l
             by_key[key].dag_id,
             by_key[key].task_id,
             by_key[key].relative_fileloc,
-            by_key[key].message,
+            # A text column cannot hold NUL; a reason quoting runtime output might.
+            by_key[key].message.replace("\x00", "\\x00"),
             by_key[key].other_bundle,
         )
         for key in keys

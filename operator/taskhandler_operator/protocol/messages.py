@@ -91,6 +91,15 @@ class TaskHandlerParsingResult(_Wire):
     import_errors: dict[str, str] | None = None
     warnings: list[Any] | None = None
 
+    @field_validator("task_handlers", mode="before")
+    @classmethod
+    def _storable(cls, value: object) -> object:
+        # PostgreSQL's jsonb cannot hold NUL; refusing it here makes such an answer an invalid
+        # probe result of this one artifact instead of a write failure for its whole bundle.
+        if contains_nul(value):
+            raise ValueError("task handler declarations contain a NUL character")
+        return value
+
     @field_validator("task_handlers")
     @classmethod
     def _unique_task_ids(cls, value: TaskHandlers) -> TaskHandlers:
@@ -107,6 +116,25 @@ class TaskHandlerParsingResult(_Wire):
     @property
     def handler_count(self) -> int:
         return sum(len(declarations) for declarations in self.task_handlers.values())
+
+
+def contains_nul(value: object) -> bool:
+    """Whether a JSON value holds a NUL character in any key or string.
+
+    Iterative, because the nesting depth of a runtime's answer is the runtime's choice.
+    """
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            pending += item.keys()
+            pending += item.values()
+        elif isinstance(item, list | tuple):
+            pending += item
+    return False
 
 
 class ErrorResponse(_Wire):

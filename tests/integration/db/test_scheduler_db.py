@@ -92,7 +92,7 @@ async def test_unbound_stubs_get_their_reason(engine: AsyncEngine, sync_engine: 
     assert result.unbound == [("report", "publish"), ("nope", "x")]
     reasons = await explain_unbound(engine, result.unbound)
     assert reasons == {
-        ("report", "publish"): "Dag 'report', task 'publish': no artifact in bundle 'java' "
+        ("report", "publish"): "Dag 'report', task 'publish': no artifact in Dag bundle 'java' "
         "registers it",
         ("nope", "x"): "Dag 'nope', task 'x': no task handler binding is recorded; no "
         "TaskHandlerBundle serves the stub's queue, or its bundle has not been reconciled "
@@ -100,6 +100,44 @@ async def test_unbound_stubs_get_their_reason(engine: AsyncEngine, sync_engine: 
     }
     with Session(sync_engine) as session:
         assert explain_unbound_sync(session, result.unbound) == reasons
+
+
+async def test_a_stub_kept_unbound_by_its_dags_other_problems_says_so(
+    engine: AsyncEngine, sync_engine: Engine
+) -> None:
+    # 'extract' validates, but 'orphan' in the same Dag has no handler, so the whole Dag kept
+    # its (absent) rows; 'broken' Dag has a Dag-level read problem and a good stub.
+    not_an_operator: Any = "not an operator"
+    await add_dags(
+        engine,
+        dag_document(
+            "etl", [stub_task("extract", queue="java"), stub_task("orphan", queue="java")]
+        ),
+        dag_document("broken", [stub_task("good", queue="java"), not_an_operator]),
+    )
+    arts = [
+        artifact(
+            "java",
+            "jobs/etl.jar",
+            {"etl": [declaration("extract")], "broken": [declaration("good")]},
+        )
+    ]
+    await reconcile(engine, "java", ["java"], arts)
+    pairs = [("etl", "extract"), ("etl", "orphan"), ("broken", "good")]
+    assert await resolve_task_handlers(engine, pairs) == {}
+    reasons = await explain_unbound(engine, pairs)
+    assert reasons == {
+        ("etl", "extract"): "Dag 'etl', task 'extract': no task handler binding is recorded; "
+        "the Dag's bindings are left unchanged until its problems are fixed: Dag 'etl', task "
+        "'orphan': no artifact in Dag bundle 'java' registers it",
+        ("etl", "orphan"): "Dag 'etl', task 'orphan': no artifact in Dag bundle 'java' "
+        "registers it",
+        ("broken", "good"): "Dag 'broken', task 'good': no task handler binding is recorded; "
+        "the Dag's bindings are left unchanged until its problems are fixed: Dag 'broken': "
+        "tasks[1] is a string, expected an operator",
+    }
+    with Session(sync_engine) as session:
+        assert explain_unbound_sync(session, pairs) == reasons
 
 
 async def test_ten_thousand_pairs_resolve_through_the_primary_key(sync_engine: Engine) -> None:

@@ -20,7 +20,7 @@ from taskhandler_operator.db.writer import (
     write_pass,
     write_pass_in,
 )
-from taskhandler_operator.validation import DagVerdict
+from taskhandler_operator.validation import DagVerdict, Problem
 from tests.fixtures.serialized_dags import (
     dag_document,
     delete_dag,
@@ -448,3 +448,16 @@ async def test_write_pass_in_shares_the_callers_transaction(engine: AsyncEngine)
         assert written.artifacts_inserted == 2
         await conn.rollback()
     assert await count(engine, "lang_sdk_task_handler_artifact") == 0
+
+
+async def test_a_problem_quoting_a_nul_character_is_stored_escaped(engine: AsyncEngine) -> None:
+    # Probe failure reasons may quote runtime output; a text column cannot hold NUL.
+    problem = Problem(severity="error", kind="unreadable", message="runtime wrote a\x00b")
+    bundle_pass = BundlePass(bundle_name="java", problems=(problem,))
+    first = await write_pass(engine, bundle_pass)
+    assert first.problems_inserted == 1
+    again = await write_pass(engine, bundle_pass)
+    assert again.rows_written == 0
+    async with engine.connect() as conn:
+        stored = (await conn.execute(sa.text("SELECT message FROM thop_bundle_problem"))).scalar()
+    assert stored == "runtime wrote a\\x00b"

@@ -35,3 +35,13 @@ def test_non_postgres_url_is_refused(capsys: pytest.CaptureFixture[str]) -> None
     assert capsys.readouterr().err == (
         "error: the operator needs PostgreSQL, got a 'sqlite' URL (sqlite:///x.db)\n"
     )
+
+
+@pytest.mark.parametrize("command", ["upgrade", "check"])
+def test_malformed_url_is_refused_with_a_message(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["db", command, "--url", "not a url"]) == 1
+    assert capsys.readouterr().err == (
+        "error: not a database URL: Could not parse SQLAlchemy URL from given URL string\n"
+    )

@@ -121,3 +121,27 @@ def test_stored_task_handlers_keep_design_b_shape() -> None:
             },
         ]
     }
+
+
+@pytest.mark.parametrize(
+    "declaration",
+    [
+        TaskHandlerDeclaration(task_id="t\x00"),
+        TaskHandlerDeclaration(
+            task_id="t", params=[TaskHandlerParam(value_schema={"pattern": ["a", "b\x00"]})]
+        ),
+        TaskHandlerDeclaration(task_id="t", params=[TaskHandlerParam(name="n\x00")]),
+    ],
+)
+def test_a_declaration_with_a_nul_character_is_refused(
+    declaration: TaskHandlerDeclaration,
+) -> None:
+    artifact = TaskHandlerArtifact(
+        bundle_name="b", relative_fileloc="x.jar", size_bytes=1, task_handlers={"d": [declaration]}
+    )
+    with pytest.raises(ValidationError) as caught:
+        ArtifactRecord(artifact=artifact)
+    assert caught.value.errors()[0]["msg"] == (
+        "Value error, artifact 'x.jar' declares task handlers containing a NUL character, "
+        "which the database cannot store"
+    )

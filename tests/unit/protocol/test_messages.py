@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from taskhandler_operator.protocol.messages import (
@@ -10,6 +12,7 @@ from taskhandler_operator.protocol.messages import (
     RuntimeRequest,
     TaskHandlerParseRequest,
     TaskHandlerParsingResult,
+    contains_nul,
     parse_runtime_message,
 )
 
@@ -109,3 +112,26 @@ def test_error_response_dump_is_what_go_recognises() -> None:
         "error": "generic_error",
         "detail": {"message": "no client"},
     }
+
+
+@pytest.mark.parametrize(
+    "handlers",
+    [
+        {"d": [{"task_id": "t\x00", "binding": "positional"}]},
+        {"d\x00": []},
+        {"d": [{"task_id": "t", "params": [{"name": "x", "value_schema": {"enum": ["a\x00"]}}]}]},
+    ],
+)
+def test_a_result_with_a_nul_character_is_an_invalid_message(handlers: dict[str, Any]) -> None:
+    body = {"type": "TaskHandlerParsingResult", "task_handlers": handlers}
+    with pytest.raises(InvalidMessage) as caught:
+        parse_runtime_message(body)
+    assert "task handler declarations contain a NUL character" in str(caught.value)
+
+
+def test_nul_search_survives_deep_nesting() -> None:
+    deep: Any = "fine"
+    for _ in range(100_000):
+        deep = [deep]
+    assert contains_nul(deep) is False
+    assert contains_nul([deep, {"k": "v\x00"}]) is True
