@@ -58,7 +58,9 @@ def build_command(
         return [node, str(verified.path.absolute())]
     if verified.main_class is None:
         raise ValueError(f"{verified.path}: no Main-Class to run")
-    classpath = os.pathsep.join(sorted(p.absolute().as_posix() for p in verified.classpath))
+    # Keep verification's order (sorted by path relative to the bundle root, reference §4.3);
+    # re-sorting absolute paths would reorder JARs reached through symlinks.
+    classpath = os.pathsep.join(p.absolute().as_posix() for p in verified.classpath)
     return [java, "-classpath", classpath, *jvm_args, verified.main_class]
 
 

@@ -41,17 +41,19 @@ def test_typescript_runs_node_on_the_bundle() -> None:
     assert command == ["/usr/bin/node", "/b/x.min.mjs"]
 
 
-def test_java_classpath_is_every_jar_sorted_then_jvm_args_then_main_class() -> None:
+def test_java_classpath_keeps_verification_order_then_jvm_args_then_main_class() -> None:
+    # Verification sorts by path relative to the bundle root; a JAR reached through a symlink
+    # ("a/dep.jar" -> /b/z/real.jar) keeps its relative place although its real path sorts last.
     artifact = verified(
         Language.JAVA,
-        "/b/z/app.jar",
+        "/b/app/app.jar",
         main_class="com.example.Main",
-        classpath=(Path("/b/z/app.jar"), Path("/b/a/dep.jar"), Path("/b/lib/sdk.jar")),
+        classpath=(Path("/b/z/real.jar"), Path("/b/app/app.jar"), Path("/b/lib/sdk.jar")),
     )
     assert build_command(artifact, java="/usr/bin/java", jvm_args=["-Xshare:auto"]) == [
         "/usr/bin/java",
         "-classpath",
-        "/b/a/dep.jar:/b/lib/sdk.jar:/b/z/app.jar",
+        "/b/z/real.jar:/b/app/app.jar:/b/lib/sdk.jar",
         "-Xshare:auto",
         "com.example.Main",
     ]
