@@ -53,7 +53,12 @@ rm -f "$STAMP"
 # `airflow version` writes an airflow.cfg into AIRFLOW_HOME: keep it out of ~.
 check_home=$(mktemp -d "${TMPDIR:-/tmp}/thop-airflow-home.XXXXXX")
 trap 'rm -rf "$check_home"' EXIT
-got=$(AIRFLOW_HOME="$check_home" AIRFLOW__CORE__LOAD_EXAMPLES=False "$VENV/bin/airflow" version 2>/dev/null | tail -n 1)
+# stderr goes to a file, not /dev/null: a broken install must say why, not exit silently.
+if ! got=$(AIRFLOW_HOME="$check_home" AIRFLOW__CORE__LOAD_EXAMPLES=False "$VENV/bin/airflow" version 2>"$check_home/version.err"); then
+  echo "airflow-venv: 'airflow version' failed in $VENV: $(grep -v '^[[:space:]]*$' "$check_home/version.err" | tail -n 1)" >&2
+  exit 1
+fi
+got=$(printf '%s\n' "$got" | tail -n 1)
 if [ "$got" != "$AIRFLOW_VERSION" ]; then
   echo "airflow-venv: expected 'airflow version' to print $AIRFLOW_VERSION, got '$got'" >&2
   exit 1

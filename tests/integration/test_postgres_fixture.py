@@ -431,3 +431,26 @@ def test_missing_side_venv_is_built_and_a_failed_build_is_one_line(
         f"airflow-venv.sh failed (exit 1): airflow-venv: {tmp_path / 'no-python'} not found"
     )
     assert not (venv / ".thop-complete").exists()
+
+
+def test_side_venv_whose_airflow_cannot_start_names_the_cause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A venv whose install "succeeds" but whose airflow is broken (a half-upgraded venv, a
+    # missing transitive dependency): the script's final check must report airflow's error.
+    venv = tmp_path / "airflow-venv"
+    (venv / "bin").mkdir(parents=True)
+    for name, body in (
+        ("python", "exit 0"),  # pip install: nothing to do
+        ("airflow", "echo \"ModuleNotFoundError: No module named 'sqlalchemy'\" >&2; exit 1"),
+    ):
+        (venv / "bin" / name).write_text(f"#!/bin/sh\n{body}\n")
+        (venv / "bin" / name).chmod(0o755)
+    monkeypatch.setenv("THOP_AIRFLOW_VENV", str(venv))
+    with pytest.raises(AirflowCliError) as failed:
+        ensure_airflow_venv(lambda line: None)
+    assert str(failed.value) == (
+        f"airflow-venv.sh failed (exit 1): airflow-venv: 'airflow version' failed in {venv}: "
+        "ModuleNotFoundError: No module named 'sqlalchemy'"
+    )
+    assert not (venv / ".thop-complete").exists()

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.kubecluster import podspec
+from tests.fixtures.kubecluster.control_plane import _default_parent
 from tests.fixtures.kubecluster.logserver import tail_lines
 from tests.fixtures.kubecluster.mounttargets import MountTargets
 from tests.fixtures.kubecluster.podspec import (
@@ -311,3 +312,12 @@ def test_mount_targets_are_shared_between_nodes(tmp_path: Path) -> None:
     second.release(str(target))
     assert not (tmp_path / "shared").exists()
     assert list((tmp_path / "state").iterdir()) == [tmp_path / "state" / ".lock"]
+
+
+def test_cluster_folder_avoids_a_small_shm(tmp_path: Path) -> None:
+    """etcd preallocates 128 MB of WAL: a container's default 64 MB /dev/shm must not be used."""
+    import tempfile
+
+    assert _default_parent(tmp_path, min_free=0) == tmp_path
+    assert _default_parent(tmp_path, min_free=1 << 62) == Path(tempfile.gettempdir())
+    assert _default_parent(tmp_path / "absent", min_free=0) == Path(tempfile.gettempdir())
