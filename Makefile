@@ -5,7 +5,8 @@
 
 PYTHON   ?= python3
 VENV     ?= .venv
-THOP_CACHE ?= $(HOME)/.cache/taskhandler-operator
+# Same default as hack/*.sh and the fixtures: honour XDG_CACHE_HOME.
+THOP_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/taskhandler-operator
 export THOP_CACHE
 
 BIN := $(VENV)/bin
