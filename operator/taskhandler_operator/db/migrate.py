@@ -23,6 +23,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util.exc import CommandError
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import BigInteger, Connection, bindparam, func, inspect, select
 from sqlalchemy.engine import URL
@@ -48,6 +49,10 @@ class SchemaMismatch(DatabaseError):
 
 class AirflowSchemaMissing(DatabaseError):
     """The database has no Airflow metadata schema to attach our tables to."""
+
+
+class UnknownRevision(DatabaseError):
+    """The requested target revision is not in the operator's migration history."""
 
 
 class UpgradeReport(BaseModel):
@@ -127,7 +132,11 @@ def upgrade_on(conn: Connection, *, database: str = "", revision: str = "head") 
     )
     config = alembic_config()
     config.attributes["connection"] = conn
-    command.upgrade(config, revision)
+    try:
+        command.upgrade(config, revision)
+    except CommandError as exc:
+        # Alembic's message already names the revision ("Can't locate revision ...").
+        raise UnknownRevision(f"cannot upgrade to revision {revision!r}: {exc}") from None
     return UpgradeReport(
         database=database, before=before, after=current_revision(conn), adopted=adopted
     )

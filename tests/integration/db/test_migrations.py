@@ -10,6 +10,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import inspect
 
+from taskhandler_operator.cli import main
 from taskhandler_operator.db.migrate import (
     AirflowSchemaMissing,
     SchemaMismatch,
@@ -253,3 +254,14 @@ def test_partial_unique_index_is_not_enough(pg_url: str) -> None:
     with pytest.raises(SchemaMismatch) as caught:
         upgrade(pg_url)
     assert "no unique key on (bundle_name, relative_fileloc_hash)" in str(caught.value)
+
+
+def test_unknown_target_revision_is_a_clear_error(
+    pg_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["db", "upgrade", "--url", pg_url, "--revision", "nosuchrev"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot upgrade to revision 'nosuchrev': ")
+    assert "nosuchrev" in err.split(": ", 2)[2]
+    # Nothing was created: the failed upgrade rolled back.
+    assert main(["db", "check", "--url", pg_url]) == 1
