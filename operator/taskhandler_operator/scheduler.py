@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import Select
 
-from taskhandler_operator.db.engine import translate_errors, translate_errors_sync
+from taskhandler_operator.db.engine import connection, translate_errors_sync
 from taskhandler_operator.db.tables import (
     artifact_table,
     binding_table,
@@ -121,19 +121,10 @@ async def resolve_task_handlers(
     refs: dict[TaskKey, TaskHandlerArtifactRef] = {}
     if not keys:
         return refs
-    async with translate_errors():
-        if isinstance(engine, AsyncConnection):
-            conn_rows = [
-                (await engine.execute(statement, p)).all() for p in _chunks(keys, chunk_size)
-            ]
-        else:
-            async with engine.connect() as conn:
-                conn_rows = [
-                    (await conn.execute(statement, p)).all() for p in _chunks(keys, chunk_size)
-                ]
-    for rows in conn_rows:
-        for row in rows:
-            refs[(row.dag_id, row.task_id)] = _ref(row, pin_version)
+    async with connection(engine) as conn:
+        for params in _chunks(keys, chunk_size):
+            for row in (await conn.execute(statement, params)).all():
+                refs[(row.dag_id, row.task_id)] = _ref(row, pin_version)
     return refs
 
 
@@ -279,14 +270,9 @@ async def explain_unbound(
     if not keys:
         return {}
     rows: list[Any] = []
-    async with translate_errors():
-        if isinstance(engine, AsyncConnection):
-            for params in _dag_chunks(keys, DEFAULT_CHUNK_SIZE):
-                rows += (await engine.execute(_reasons_statement(), params)).all()
-        else:
-            async with engine.connect() as conn:
-                for params in _dag_chunks(keys, DEFAULT_CHUNK_SIZE):
-                    rows += (await conn.execute(_reasons_statement(), params)).all()
+    async with connection(engine) as conn:
+        for params in _dag_chunks(keys, DEFAULT_CHUNK_SIZE):
+            rows += (await conn.execute(_reasons_statement(), params)).all()
     return _collect(rows, keys)
 
 

@@ -20,7 +20,7 @@ import sqlalchemy.exc
 from sqlalchemy import Engine
 from sqlalchemy import create_engine as create_sync_engine_sa
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from taskhandler_operator.db import URL_ENV as URL_ENV
 
@@ -156,6 +156,21 @@ async def translate_errors() -> AsyncIterator[None]:
         if typed is None or typed is exc:
             raise
         raise typed from exc
+
+
+@asynccontextmanager
+async def connection(bind: AsyncEngine | AsyncConnection) -> AsyncIterator[AsyncConnection]:
+    """A connection to read on, with errors translated as by :func:`translate_errors`.
+
+    An open connection is used as it is (so the read joins the caller's transaction); an
+    engine lends one for the block.
+    """
+    async with translate_errors():
+        if isinstance(bind, AsyncConnection):
+            yield bind
+        else:
+            async with bind.connect() as conn:
+                yield conn
 
 
 @contextmanager

@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Select
 
 from taskhandler_operator.db.airflow_tables import dag, dag_version, serialized_dag
-from taskhandler_operator.db.engine import translate_errors
+from taskhandler_operator.db.engine import connection
 from taskhandler_operator.db.serialized import (
     DEFAULT_QUEUE,
     DagStubs,
@@ -118,11 +118,8 @@ class StubInventory:
 
     async def refresh(self, engine: AsyncEngine | AsyncConnection) -> InventoryDelta:
         """Re-read what changed since the previous refresh (everything, the first time)."""
-        async with translate_errors():
-            if isinstance(engine, AsyncConnection):
-                return await self._refresh(engine)
-            async with engine.connect() as conn:
-                return await self._refresh(conn)
+        async with connection(engine) as conn:
+            return await self._refresh(conn)
 
     async def _refresh(self, conn: AsyncConnection) -> InventoryDelta:
         current: dict[str, _RowKey] = {}

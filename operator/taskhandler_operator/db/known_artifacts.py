@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from sqlalchemy import Text, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from taskhandler_operator.db.engine import translate_errors
+from taskhandler_operator.db.engine import connection
 from taskhandler_operator.db.tables import artifact_table, probe_table
 from taskhandler_operator.protocol.messages import TaskHandlerArtifact
 
@@ -50,12 +50,8 @@ async def load_stored_artifacts(
         .where(a.c.bundle_name == bindparam("bundle_name", type_=Text()))
         .order_by(a.c.relative_fileloc)
     )
-    async with translate_errors():
-        if isinstance(engine, AsyncConnection):
-            rows = (await engine.execute(query, {"bundle_name": bundle_name})).all()
-        else:
-            async with engine.connect() as conn:
-                rows = (await conn.execute(query, {"bundle_name": bundle_name})).all()
+    async with connection(engine) as conn:
+        rows = (await conn.execute(query, {"bundle_name": bundle_name})).all()
     stored: list[StoredArtifact] = []
     for row in rows:
         try:
