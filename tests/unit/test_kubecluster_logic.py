@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from tests.fixtures.kubecluster import podspec
-from tests.fixtures.kubecluster.control_plane import _default_parent
 from tests.fixtures.kubecluster.logserver import tail_lines
 from tests.fixtures.kubecluster.mounttargets import MountTargets
 from tests.fixtures.kubecluster.podspec import (
@@ -28,6 +27,7 @@ from tests.fixtures.kubecluster.podspec import (
 )
 from tests.fixtures.kubecluster.podstatus import termination_message
 from tests.fixtures.kubecluster.volumes import prepare_volumes
+from tests.fixtures.scratch import scratch_parent
 
 VENV = Path("/opt/venv/bin")
 POD: dict[str, Any] = {
@@ -318,6 +318,6 @@ def test_cluster_folder_avoids_a_small_shm(tmp_path: Path) -> None:
     """etcd preallocates 128 MB of WAL: a container's default 64 MB /dev/shm must not be used."""
     import tempfile
 
-    assert _default_parent(tmp_path, min_free=0) == tmp_path
-    assert _default_parent(tmp_path, min_free=1 << 62) == Path(tempfile.gettempdir())
-    assert _default_parent(tmp_path / "absent", min_free=0) == Path(tempfile.gettempdir())
+    assert scratch_parent(tmp_path, min_free=0) == tmp_path
+    assert scratch_parent(tmp_path, min_free=1 << 62) == Path(tempfile.gettempdir())
+    assert scratch_parent(tmp_path / "absent", min_free=0) == Path(tempfile.gettempdir())
