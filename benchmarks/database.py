@@ -39,7 +39,7 @@ from taskhandler_operator.db.engine import create_engine, create_sync_engine
 from taskhandler_operator.db.migrate import upgrade
 from taskhandler_operator.db.tables import fileloc_hash
 from taskhandler_operator.db.writer import ArtifactRecord, BundlePass, PassResult, write_pass
-from taskhandler_operator.records import TaskHandlerArtifact, TaskHandlerDeclaration
+from taskhandler_operator.records import BundleOwner, TaskHandlerArtifact, TaskHandlerDeclaration
 from taskhandler_operator.scheduler import resolve_task_handlers_sync
 from taskhandler_operator.validation import validate_bundle
 
@@ -171,6 +171,8 @@ def bundle_pass(bundle: str, prefix: str, dags: int, artifacts: int, tasks: int)
     result = validate_bundle(bundle_name=bundle, queues=[bundle], dags=inventory, artifacts=arts)
     return BundlePass(
         bundle_name=bundle,
+        owner=BundleOwner(cluster_id="benchmark", namespace="default", name=bundle, uid=bundle),
+        queues=(bundle,),
         artifacts=tuple(ArtifactRecord(artifact=a, probed_at=PROBED_AT) for a in arts),
         verdicts=result.verdicts,
     )

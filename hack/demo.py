@@ -70,7 +70,11 @@ from taskhandler_operator.db.writer import (  # noqa: E402
     write_pass,
 )
 from taskhandler_operator.protocol.summary import ProbeSummary, accept_result  # noqa: E402
-from taskhandler_operator.records import TaskHandlerArtifact, TaskHandlerDeclaration  # noqa: E402
+from taskhandler_operator.records import (  # noqa: E402
+    BundleOwner,
+    TaskHandlerArtifact,
+    TaskHandlerDeclaration,
+)
 from taskhandler_operator.scheduler import (  # noqa: E402
     attach_task_handlers,
     explain_unbound_sync,
@@ -566,7 +570,11 @@ class Demo:
             ],
         )
         bundle_pass = BundlePass(
-            bundle_name=bundle.name, artifacts=tuple(probed.records), verdicts=validation.verdicts
+            bundle_name=bundle.name,
+            owner=BundleOwner(cluster_id="demo", namespace="demo", name=bundle.name, uid="demo"),
+            queues=(bundle.queue,),
+            artifacts=tuple(probed.records),
+            verdicts=validation.verdicts,
         )
         written = self.runner.run(write_pass(self.db.engine, bundle_pass))
         verdict = next(v for v in validation.verdicts if v.dag_id == DAG_ID)

@@ -8,6 +8,7 @@
   the rows of the two Airflow-named tables, as validated values.
 * **The scheduler's reference** (:class:`TaskHandlerArtifactRef`, :class:`BundleInfo`): what an
   ``ExecuteTask`` workload carries.
+* **Ownership** (:class:`BundleOwner`): the resource that holds a bundle name's claim.
 * **Problems** (:class:`BundleProblem`): one line of a bundle's problem list, as validation reports
   it and ``thop_bundle_problem`` stores it. (The other problem types are the
   listing's :class:`~taskhandler_operator.artifacts.listing.ListingProblem`, a file the walk
@@ -24,7 +25,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from taskhandler_operator.limits import CACHE_DIGEST_LENGTH, PATH_LENGTH
+from taskhandler_operator.limits import (
+    CACHE_DIGEST_LENGTH,
+    CLUSTER_ID_LENGTH,
+    KUBE_NAME_LENGTH,
+    KUBE_UID_LENGTH,
+    PATH_LENGTH,
+)
 
 # A JSON Schema fragment describing one argument's value; compared only at the top level.
 ArgValueSchema = dict[str, Any]
@@ -146,3 +153,32 @@ class BundleProblem(BaseModel):
     relative_fileloc: str | None = None
     # Conflicts only: the bundle whose artifact already holds the binding.
     other_bundle: str | None = None
+
+
+# --- ownership ---------------------------------------------------------------------------------
+
+
+class BundleOwner(BaseModel):
+    """The TaskHandlerBundle that writes a bundle name's rows: who holds its claim.
+
+    ``cluster_id`` tells apart operators of several clusters sharing one Airflow database;
+    ``uid`` tells apart a deleted resource from a new one of the same name.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    cluster_id: Annotated[str, Field(min_length=1, max_length=CLUSTER_ID_LENGTH)]
+    namespace: Annotated[str, Field(min_length=1, max_length=KUBE_NAME_LENGTH)]
+    name: Annotated[str, Field(min_length=1, max_length=KUBE_NAME_LENGTH)]
+    uid: Annotated[str, Field(min_length=1, max_length=KUBE_UID_LENGTH)]
+
+    def describe(self) -> str:
+        return f"TaskHandlerBundle {self.namespace}/{self.name} in cluster {self.cluster_id!r}"
+
+    def same_resource(self, other: BundleOwner) -> bool:
+        """The same cluster, namespace and name (the uid may differ: recreated)."""
+        return (self.cluster_id, self.namespace, self.name) == (
+            other.cluster_id,
+            other.namespace,
+            other.name,
+        )

@@ -207,11 +207,7 @@ class BundleProblemRow(Base):
 
 
 class BundleClaimRow(Base):
-    """Operator-only: the TaskHandlerBundle that owns a bundle name.
-
-    ``owner_created_at`` is the owner's creation time: the older resource wins a bundle name
-    (ties by namespace, then name), whichever operator reached the database first.
-    """
+    """Operator-only: the TaskHandlerBundle that owns a bundle name (see ``db/claims.py``)."""
 
     __tablename__ = BUNDLE_CLAIM_TABLE
     __table_args__ = (
@@ -224,7 +220,6 @@ class BundleClaimRow(Base):
     namespace: Mapped[str] = mapped_column(String(KUBE_NAME_LENGTH), nullable=False)
     name: Mapped[str] = mapped_column(String(KUBE_NAME_LENGTH), nullable=False)
     uid: Mapped[str] = mapped_column(String(KUBE_UID_LENGTH), nullable=False)
-    owner_created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     claimed_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=func.now()
     )

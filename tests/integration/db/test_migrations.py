@@ -279,8 +279,8 @@ def test_claims_tables_name_their_constraints_and_cascade(pg_url: str) -> None:
         }
         conn.execute(
             sa.text(
-                "INSERT INTO thop_bundle_claim (bundle_name, cluster_id, namespace, name, uid, "
-                "owner_created_at) VALUES ('java', 'c1', 'team-a', 'java', 'u1', now())"
+                "INSERT INTO thop_bundle_claim (bundle_name, cluster_id, namespace, name, uid) "
+                "VALUES ('java', 'c1', 'team-a', 'java', 'u1')"
             )
         )
         conn.execute(

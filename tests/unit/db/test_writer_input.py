@@ -8,8 +8,10 @@ import pytest
 from pydantic import ValidationError
 
 from taskhandler_operator.db.tables import fileloc_hash, stored_task_handlers
-from taskhandler_operator.db.writer import ArtifactRecord, BundlePass, bundle_lock_key, problem_key
+from taskhandler_operator.db.write_models import ArtifactRecord, BundlePass
+from taskhandler_operator.db.write_statements import bundle_lock_key, problem_key
 from taskhandler_operator.records import (
+    BundleOwner,
     BundleProblem,
     TaskHandlerArtifact,
     TaskHandlerBinding,
@@ -17,6 +19,8 @@ from taskhandler_operator.records import (
     TaskHandlerParam,
 )
 from taskhandler_operator.validation import DagVerdict
+
+OWNER = BundleOwner(cluster_id="c", namespace="ns", name="b", uid="u")
 
 
 def record(path: str, bundle: str = "b") -> ArtifactRecord:
@@ -68,7 +72,7 @@ def verdict(dag_id: str, *bindings: tuple[str, str, str, str]) -> DagVerdict:
 )
 def test_inconsistent_passes_are_refused(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError) as caught:
-        BundlePass(bundle_name="b", **kwargs)
+        BundlePass(bundle_name="b", owner=OWNER, queues=("b",), **kwargs)
     assert caught.value.errors()[0]["msg"] == f"Value error, {message}"
 
 

@@ -23,7 +23,6 @@ def upgrade() -> None:
         sa.Column("namespace", sa.String(253), nullable=False),
         sa.Column("name", sa.String(253), nullable=False),
         sa.Column("uid", sa.String(64), nullable=False),
-        sa.Column("owner_created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column(
             "claimed_at",
             sa.DateTime(timezone=True),
