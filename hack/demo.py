@@ -40,15 +40,6 @@ if str(REPO_ROOT) not in sys.path:
 
 from sqlalchemy import Engine, literal_column, select  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncEngine  # noqa: E402
-from tests.fixtures.postgres import (  # noqa: E402
-    AIRFLOW_VERSION,
-    AirflowCli,
-    PostgresServer,
-    ensure_airflow_venv,
-    reserialize_dags,
-)
-from tests.fixtures.runtimes import build_runtime  # noqa: E402
-from tests.fixtures.serialized_dags import add_stub_fields, literal_arg, xcom_arg  # noqa: E402
 
 from taskhandler_operator.airflow.arg_bindings import XComArgBinding  # noqa: E402
 from taskhandler_operator.airflow.serialized import StubTask  # noqa: E402
@@ -69,6 +60,15 @@ from taskhandler_operator.db.writer import (  # noqa: E402
     PassResult,
     write_pass,
 )
+from taskhandler_operator.devenv.postgres import (
+    AIRFLOW_VERSION,
+    AirflowCli,
+    PostgresServer,
+    ensure_airflow_venv,
+    reserialize_dags,
+)
+from taskhandler_operator.devenv.runtimes import build_runtime  # noqa: E402
+from taskhandler_operator.devenv.serialized_dags import add_stub_fields, literal_arg, xcom_arg  # noqa: E402
 from taskhandler_operator.protocol.summary import ProbeSummary, accept_result  # noqa: E402
 from taskhandler_operator.records import (  # noqa: E402
     BundleOwner,

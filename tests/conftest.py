@@ -5,7 +5,7 @@ from __future__ import annotations
 # Each plugin module owns one real part: PostgreSQL with Airflow's schema, the
 # Kubernetes control plane with its process node, the language-runtime builds.
 pytest_plugins = [
-    "tests.fixtures.postgres",
+    "tests.fixtures.postgres_plugin",
     "tests.fixtures.kube",
-    "tests.fixtures.runtimes",
+    "tests.fixtures.runtimes_plugin",
 ]

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from taskhandler_operator.db.inventory import StubInventory
 from taskhandler_operator.db.writer import ArtifactRecord, BundlePass, PassResult, write_pass
+from taskhandler_operator.devenv.serialized_dags import insert_dag
 from taskhandler_operator.records import (
     BundleOwner,
     TaskHandlerArtifact,
@@ -19,7 +20,6 @@ from taskhandler_operator.records import (
     TaskHandlerParam,
 )
 from taskhandler_operator.validation import ValidationResult, validate_bundle
-from tests.fixtures.serialized_dags import insert_dag
 
 PROBED_AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 

@@ -21,9 +21,7 @@ from taskhandler_operator.db.writer import (
     write_pass,
     write_pass_in,
 )
-from taskhandler_operator.records import BundleProblem
-from taskhandler_operator.validation import DagVerdict
-from tests.fixtures.serialized_dags import (
+from taskhandler_operator.devenv.serialized_dags import (
     dag_document,
     delete_dag,
     insert_dag,
@@ -32,6 +30,8 @@ from tests.fixtures.serialized_dags import (
     stub_task,
     xcom_arg,
 )
+from taskhandler_operator.records import BundleProblem
+from taskhandler_operator.validation import DagVerdict
 from tests.integration.db.helpers import (
     PROBED_AT,
     add_dags,

@@ -23,14 +23,14 @@ from taskhandler_operator.artifacts import go, java, typescript
 from taskhandler_operator.artifacts.listing import READERS, list_candidates
 from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile
 from taskhandler_operator.artifacts.verify import ArtifactVerificationError, verify_artifact
-from taskhandler_operator.limits import JAVA_MAX_MANIFEST_BYTES
-from tests.fixtures.packers import (
+from taskhandler_operator.devenv.packers import (
     GO_TRAILER,
     pack_go_bundle,
     pack_typescript_bundle,
     render_manifest,
     write_jar,
 )
+from taskhandler_operator.limits import JAVA_MAX_MANIFEST_BYTES
 
 pytestmark = pytest.mark.timeout(240)
 

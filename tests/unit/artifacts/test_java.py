@@ -11,7 +11,7 @@ import pytest
 from taskhandler_operator.artifacts import java
 from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile
 from taskhandler_operator.artifacts.verify import ArtifactVerificationError, verify_artifact
-from tests.fixtures.packers import fold_manifest_line, render_manifest, write_jar
+from taskhandler_operator.devenv.packers import fold_manifest_line, render_manifest, write_jar
 from tests.unit.artifacts.helpers import flip, read_with
 
 DIGEST = "0123456789abcdef" * 4
