@@ -5,7 +5,9 @@
   ``lang_sdk_task_handler_artifact.task_handlers``, so they live here rather than in the wire
   module, which imports them.
 * **Artifact and binding records** (:class:`TaskHandlerArtifact`, :class:`TaskHandlerBinding`):
-  the rows of the two Airflow-named tables, as validated values.
+  the rows of the two Airflow-named tables, as validated values; :class:`ArtifactRecord` is an
+  artifact as a pass writes it (when it was probed, at which revision), and
+  :func:`stored_task_handlers` the JSON its ``task_handlers`` column holds.
 * **The scheduler's reference** (:class:`TaskHandlerArtifactRef`, :class:`BundleInfo`): what an
   ``ExecuteTask`` workload carries.
 * **Ownership** (:class:`BundleOwner`): the resource that holds a bundle name's claim.
@@ -21,9 +23,10 @@ SDKs emit), see :attr:`TaskHandlerDeclaration.mode`.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from taskhandler_operator.limits import (
     CACHE_DIGEST_LENGTH,
@@ -124,6 +127,59 @@ class TaskHandlerArtifactRef(_Record):
 
     bundle_info: BundleInfo | None = None
     rel_path: str
+
+
+def stored_task_handlers(handlers: TaskHandlers) -> dict[str, list[dict[str, Any]]]:
+    """The ``task_handlers`` column's JSON: Design B declarations as Airflow stores them.
+
+    ``params: null`` is kept (it means "check presence only"); the Design-A-only ``required``
+    key is written only when a runtime sent it.
+    """
+    return {
+        dag_id: [
+            {
+                "task_id": declaration.task_id,
+                "binding": declaration.binding,
+                "params": None
+                if declaration.params is None
+                else [
+                    param.model_dump(
+                        mode="json", exclude={"required"} if param.required is None else set()
+                    )
+                    for param in declaration.params
+                ],
+            }
+            for declaration in declarations
+        ]
+        for dag_id, declarations in handlers.items()
+    }
+
+
+class ArtifactRecord(BaseModel):
+    """One current artifact of the bundle.
+
+    ``probed_at`` is set when this pass probed it (the row's ``last_probed_at`` becomes that
+    time and ``revision`` is recorded); None means the answer was reused from the stored row
+    by the fast path, so ``last_probed_at`` is left as it was.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    artifact: TaskHandlerArtifact
+    probed_at: datetime | None = None
+    revision: str | None = None
+
+    @model_validator(mode="after")
+    def _storable(self) -> ArtifactRecord:
+        # Runtime output is untrusted. PostgreSQL's json column takes a \u0000 escape but the
+        # jsonb comparison of every later pass does not, so one such declaration would fail
+        # the bundle's passes forever; refuse it here, for this artifact alone.
+        if contains_nul(stored_task_handlers(self.artifact.task_handlers)):
+            raise ValueError(
+                f"artifact {self.artifact.relative_fileloc!r} declares task handlers containing "
+                "a NUL character, which the database cannot store"
+            )
+        return self
 
 
 # Design-A names, so code and payloads written against the older ADR read naturally.

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from sqlalchemy import Text, bindparam, select
@@ -52,6 +55,11 @@ async def load_stored_artifacts(
     )
     async with connection(engine) as conn:
         rows = (await conn.execute(query, {"bundle_name": bundle_name})).all()
+    # Declarations of a large bundle are a lot of JSON to validate: off the event loop.
+    return await asyncio.to_thread(_stored_of, bundle_name, rows)
+
+
+def _stored_of(bundle_name: str, rows: Sequence[Any]) -> list[StoredArtifact]:
     stored: list[StoredArtifact] = []
     for row in rows:
         try:

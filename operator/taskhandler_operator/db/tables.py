@@ -62,7 +62,6 @@ from taskhandler_operator.limits import (
     QUEUE_LENGTH,
     REVISION_LENGTH,
 )
-from taskhandler_operator.records import TaskHandlers
 
 ARTIFACT_TABLE = "lang_sdk_task_handler_artifact"
 BINDING_TABLE = "lang_sdk_task_handler"
@@ -85,32 +84,6 @@ def fileloc_hash(relative_fileloc: str) -> str:
     A 2000-character path is too long for a portable unique index; its digest is not.
     """
     return hashlib.md5(relative_fileloc.encode("utf-8"), usedforsecurity=False).hexdigest()
-
-
-def stored_task_handlers(handlers: TaskHandlers) -> dict[str, list[dict[str, Any]]]:
-    """The ``task_handlers`` column's JSON: Design B declarations as Airflow stores them.
-
-    ``params: null`` is kept (it means "check presence only"); the Design-A-only ``required``
-    key is written only when a runtime sent it.
-    """
-    return {
-        dag_id: [
-            {
-                "task_id": declaration.task_id,
-                "binding": declaration.binding,
-                "params": None
-                if declaration.params is None
-                else [
-                    param.model_dump(
-                        mode="json", exclude={"required"} if param.required is None else set()
-                    )
-                    for param in declaration.params
-                ],
-            }
-            for declaration in declarations
-        ]
-        for dag_id, declarations in handlers.items()
-    }
 
 
 class Base(DeclarativeBase):

@@ -7,48 +7,14 @@ current artifacts (:class:`ArtifactRecord`), one verdict per Dag, and who writes
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from taskhandler_operator.db.tables import stored_task_handlers
-from taskhandler_operator.records import (
-    BundleOwner,
-    BundleProblem,
-    TaskHandlerArtifact,
-    contains_nul,
-)
+from taskhandler_operator.records import ArtifactRecord, BundleOwner, BundleProblem
 from taskhandler_operator.validation import DagVerdict
 
 DagOutcome = Literal["reconciled", "kept", "conflict"]
-
-
-class ArtifactRecord(BaseModel):
-    """One current artifact of the bundle.
-
-    ``probed_at`` is set when this pass probed it (the row's ``last_probed_at`` becomes that
-    time and ``revision`` is recorded); None means the answer was reused from the stored row
-    by the fast path, so ``last_probed_at`` is left as it was.
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    artifact: TaskHandlerArtifact
-    probed_at: datetime | None = None
-    revision: str | None = None
-
-    @model_validator(mode="after")
-    def _storable(self) -> ArtifactRecord:
-        # Runtime output is untrusted. PostgreSQL's json column takes a \u0000 escape but the
-        # jsonb comparison of every later pass does not, so one such declaration would fail
-        # the bundle's passes forever; refuse it here, for this artifact alone.
-        if contains_nul(stored_task_handlers(self.artifact.task_handlers)):
-            raise ValueError(
-                f"artifact {self.artifact.relative_fileloc!r} declares task handlers containing "
-                "a NUL character, which the database cannot store"
-            )
-        return self
 
 
 class BundlePass(BaseModel):

@@ -43,10 +43,9 @@ from taskhandler_operator.db.tables import (
     fileloc_hash,
     probe_table,
     problem_table,
-    stored_task_handlers,
 )
-from taskhandler_operator.db.write_models import ArtifactRecord, BundlePass
-from taskhandler_operator.records import BundleProblem
+from taskhandler_operator.db.write_models import BundlePass
+from taskhandler_operator.records import ArtifactRecord, BundleProblem, stored_task_handlers
 
 
 def problem_key(problem: BundleProblem) -> str:

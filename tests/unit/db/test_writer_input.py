@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from taskhandler_operator.db.tables import fileloc_hash, stored_task_handlers
+from taskhandler_operator.db.tables import fileloc_hash
 from taskhandler_operator.db.write_models import ArtifactRecord, BundlePass
 from taskhandler_operator.db.write_statements import bundle_lock_key, problem_key
 from taskhandler_operator.records import (
@@ -17,6 +17,7 @@ from taskhandler_operator.records import (
     TaskHandlerBinding,
     TaskHandlerDeclaration,
     TaskHandlerParam,
+    stored_task_handlers,
 )
 from taskhandler_operator.validation import DagVerdict
 
