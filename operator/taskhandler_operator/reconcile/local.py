@@ -82,6 +82,8 @@ class SubprocessProber:
     command: Sequence[str] = field(default_factory=cli_command)
     answer_timeout: float = 60.0
     extra_args: Sequence[str] = ()
+    # Where each probe's termination-message folder is made (default: the temp dir).
+    scratch_root: Path | None = None
 
     def argv(self, request: ProbeRequest, termination_log: Path) -> list[str]:
         root = request.bundle_root
@@ -97,7 +99,7 @@ class SubprocessProber:
 
     async def __call__(self, request: ProbeRequest) -> ProbeAccepted | ProbeFailed:
         rel_path = request.candidate.rel_path
-        with tempfile.TemporaryDirectory(prefix="thop-probe-") as scratch:
+        with tempfile.TemporaryDirectory(prefix="thop-probe-", dir=self.scratch_root) as scratch:
             termination_log = Path(scratch) / "termination-log"
             argv = self.argv(request, termination_log)
             shown = tuple(argv[len(self.command) :])

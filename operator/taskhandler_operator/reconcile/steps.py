@@ -56,7 +56,7 @@ from taskhandler_operator.reconcile.models import (
     Validated,
 )
 from taskhandler_operator.reconcile.ports import Clock, Prober, Syncer, SystemClock
-from taskhandler_operator.reconcile.store import Store
+from taskhandler_operator.reconcile.store import KnownArtifacts, Store
 from taskhandler_operator.records import ArtifactRecord, TaskHandlerArtifact
 from taskhandler_operator.validation import BrokenCandidate, validate_bundle
 
@@ -87,7 +87,7 @@ async def list_bundle(
     )
 
 
-async def plan(store: Store, spec: BundleSpec, listed: Listed) -> Planned:
+async def plan(store: KnownArtifacts, spec: BundleSpec, listed: Listed) -> Planned:
     """Which candidates reuse a stored answer, which are probed, which are rejected."""
     known = await store.known_artifacts(spec.bundle_name)
     probe_plan = await asyncio.to_thread(plan_probes, listed.candidates, known, spec.bundle_name)
