@@ -7,10 +7,12 @@ Exit codes: 0 done, 1 refused or failed (the message says why), 2 usage error, 7
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-from taskhandler_operator.db import URL_ENV
+from taskhandler_operator.settings import SettingsError, env_of, load_settings
+
+URL_ENV = env_of("database_url")
+URL_FILE_ENV = env_of("database_url_file")
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
@@ -22,11 +24,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     db_commands = db.add_subparsers(dest="db_command", metavar="DB_COMMAND", required=True)
 
     url_help = f"SQLAlchemy URL of Airflow's PostgreSQL database (default: ${URL_ENV})"
+    file_help = f"a file holding that URL, e.g. a mounted Secret (default: ${URL_FILE_ENV})"
     upgrade = db_commands.add_parser(
         "upgrade",
         help="create or adopt the binding tables and run the operator's migrations (idempotent)",
     )
     upgrade.add_argument("--url", help=url_help)
+    upgrade.add_argument("--url-file", help=file_help)
     upgrade.add_argument("--revision", default="head", help="target revision (default: head)")
     upgrade.set_defaults(func=_upgrade)
 
@@ -34,11 +38,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "check", help="report whether the schema matches this operator version; changes nothing"
     )
     check.add_argument("--url", help=url_help)
+    check.add_argument("--url-file", help=file_help)
     check.set_defaults(func=_check)
 
 
 def _url(args: argparse.Namespace) -> str | None:
-    url: str | None = args.url or os.environ.get(URL_ENV)
+    """The URL from the flags or the environment, read through the operator's settings."""
+    flags = argparse.Namespace(database_url=args.url, database_url_file=args.url_file)
+    try:
+        url = load_settings(flags).resolved_database_url()
+    except SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
     if not url:
         print(f"error: no database URL: pass --url or set {URL_ENV}", file=sys.stderr)
     return url

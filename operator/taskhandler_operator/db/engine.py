@@ -22,8 +22,6 @@ from sqlalchemy import create_engine as create_sync_engine_sa
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from taskhandler_operator.db import URL_ENV as URL_ENV
-
 DRIVER = "postgresql+psycopg"
 DEFAULT_CONNECT_TIMEOUT = 10
 APPLICATION_NAME = "taskhandler-operator"
