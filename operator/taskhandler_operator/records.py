@@ -182,11 +182,6 @@ class ArtifactRecord(BaseModel):
         return self
 
 
-# Design-A names, so code and payloads written against the older ADR read naturally.
-SDKTaskHandlerRef = TaskHandlerArtifactRef
-KnownSDKTaskHandlerArtifact = TaskHandlerArtifact
-
-
 # --- problems ------------------------------------------------------------------------------------
 
 Severity = Literal["error", "warning"]

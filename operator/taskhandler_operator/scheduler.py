@@ -37,6 +37,25 @@ from taskhandler_operator.db.engine import connection, translate_errors_sync
 from taskhandler_operator.db.tables import artifact_table, binding_table, probe_table, problem_table
 from taskhandler_operator.records import BundleInfo, TaskHandlerArtifactRef
 
+# The scheduler's API; the reference types are re-exported so a caller needs this module only.
+__all__ = [
+    "DEFAULT_CHUNK_SIZE",
+    "WORKLOAD_FIELD",
+    "AttachResult",
+    "BundleInfo",
+    "TaskHandlerArtifactRef",
+    "TaskKey",
+    "attach_task_handlers",
+    "explain_unbound",
+    "explain_unbound_sync",
+    "kept_dag_reason",
+    "no_record_reason",
+    "resolve_statement",
+    "resolve_task_handlers",
+    "resolve_task_handlers_sync",
+    "workload_key",
+]
+
 TaskKey = tuple[str, str]
 
 #: Pairs per statement: 10,000 pairs are two arrays of about 300 KB, one round trip.

@@ -25,12 +25,6 @@ from taskhandler_operator.limits import ID_LENGTH, MD5_HEX_LENGTH, PATH_LENGTH
 
 airflow_metadata = MetaData()
 
-dag_bundle = Table(
-    "dag_bundle",
-    airflow_metadata,
-    Column("name", String(ID_LENGTH), primary_key=True),
-)
-
 dag = Table(
     "dag",
     airflow_metadata,

@@ -214,18 +214,6 @@ async def hold_claim(
     )
 
 
-async def lock_and_hold_claim(
-    conn: AsyncConnection,
-    bundle_name: str,
-    owner: BundleOwner,
-    queues: Sequence[str] | None = None,
-) -> ClaimOutcome:
-    """:func:`hold_claim` after taking the bundle's advisory lock (one more statement)."""
-    await conn.execute(advisory_lock_statement(), {"lock_key": bundle_lock_key(bundle_name)})
-    outcome = await hold_claim(conn, bundle_name, owner, queues)
-    return outcome.model_copy(update={"statements": outcome.statements + 1})
-
-
 async def release_claim_in(conn: AsyncConnection, bundle_name: str, owner: BundleOwner) -> bool:
     """Drop ``owner``'s claim on ``bundle_name`` and its queue claims; False when none was held.
 

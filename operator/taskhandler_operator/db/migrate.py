@@ -10,13 +10,12 @@ One transaction, in this order:
 4. run Alembic up to ``head`` with the version table ``thop_alembic_version``; revision
    ``thop0001`` creates only the Airflow-named tables that are missing.
 
-Running it again is a no-op. Alembic is synchronous; async callers use :func:`upgrade_async`,
-which runs the whole thing in a worker thread.
+Running it again is a no-op. Alembic is synchronous: async callers run :func:`upgrade` in a
+worker thread (``asyncio.to_thread``).
 """
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from alembic import command
@@ -151,10 +150,6 @@ def upgrade(url: str | URL, revision: str = "head") -> UpgradeReport:
             return upgrade_on(conn, database=database, revision=revision)
     finally:
         engine.dispose()
-
-
-async def upgrade_async(url: str | URL, revision: str = "head") -> UpgradeReport:
-    return await asyncio.to_thread(upgrade, url, revision)
 
 
 def downgrade(url: str | URL, revision: str) -> None:

@@ -91,11 +91,6 @@ class ErrorResponse(_Wire):
     detail: dict[str, Any] | None = None
 
 
-class OKResponse(_Wire):
-    type: Literal["OKResponse"] = "OKResponse"
-    ok: bool = True
-
-
 # Requests a runtime may send to its supervisor (Airflow's ToManager union, minus the results).
 # A probe has no Airflow client, so the driver answers each of them with an ErrorResponse; the
 # models keep their payload loosely so that any SDK's spelling validates.
