@@ -178,3 +178,40 @@ async def _rows(engine: AsyncEngine) -> list[Any]:
             )
         )
         return [tuple(row) for row in result]
+
+
+async def test_the_subprocess_prober_reports_a_refused_artifact(tmp_path: Path) -> None:
+    """The real driver refuses an artifact whose code no longer matches its layout hash: a
+    ProbeFailed with the driver's reason and summary, not an error."""
+    from taskhandler_operator.artifacts.listing import list_candidates
+    from taskhandler_operator.devenv.packers import write_typescript_bundle
+
+    bundle = tmp_path / "bundle"
+    artifact = write_typescript_bundle(bundle / "a.min.mjs", b"export const a = 1;\n")
+    artifact.write_bytes(artifact.read_bytes().replace(b"a = 1", b"a = 2"))
+    [candidate] = list_candidates(bundle, Language.TYPESCRIPT).candidates
+    request = ProbeRequest("ts", Language.TYPESCRIPT, bundle, candidate, "rev")
+
+    outcome = await SubprocessProber(answer_timeout=10)(request)
+
+    assert isinstance(outcome, ProbeFailed) and not outcome.retryable
+    assert outcome.summary is not None and outcome.summary.error_kind == "artifact_refused"
+    assert outcome.reason == outcome.summary.error
+    assert outcome.reason.startswith(
+        "a.min.mjs: code region SHA-256 does not match the layout line (layout "
+    )
+
+
+async def test_a_missing_bundle_folder_fails_the_sync_step(tmp_path: Path) -> None:
+    from taskhandler_operator.reconcile.errors import SourceFailed
+    from taskhandler_operator.reconcile.store import NothingKnown
+
+    ports = PassPorts(
+        LocalFolderSyncer(tmp_path / "absent"),
+        CountingProber(),
+        # The pass stops at sync, before it needs a whole store.
+        NothingKnown(),  # type: ignore[arg-type]
+    )
+    with pytest.raises(SourceFailed) as caught:
+        await run_pass(spec_for("go"), ports)
+    assert str(caught.value) == f"sync: bundle folder {tmp_path / 'absent'} does not exist"

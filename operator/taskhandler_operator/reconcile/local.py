@@ -36,6 +36,8 @@ def folder_revision(root: Path) -> str:
     A stand-in for the content digests the ``sources`` package computes: it changes whenever a
     file is added, removed, resized or rewritten, and costs one ``stat`` per file.
     """
+    if not root.is_dir():
+        raise FileNotFoundError(f"bundle folder {root} does not exist")
     digest = hashlib.sha256()
     for directory, dirs, files in os.walk(root):
         dirs.sort()
@@ -57,8 +59,6 @@ class LocalFolderSyncer:
     root: Path
 
     async def __call__(self, spec: BundleSpec) -> SyncedRevision:
-        if not self.root.is_dir():
-            raise FileNotFoundError(f"bundle folder {self.root} does not exist")
         revision = await asyncio.to_thread(folder_revision, self.root)
         return SyncedRevision(revision=revision, root=self.root)
 

@@ -127,13 +127,12 @@ async def probe(
         if isinstance(result, BaseException):
             raise result
     answered = [r for r in results if not isinstance(r, BaseException)]
-    fresh, accepted, refused = await asyncio.to_thread(
-        _records_of, answered, planned.plan.probe, spec.bundle_name, synced.revision
+    records, accepted, refused = await asyncio.to_thread(
+        _records_of, answered, planned, spec.bundle_name, synced.revision
     )
     failures = [o for o, _when in answered if isinstance(o, ProbeFailed)] + refused
-    reused = [ArtifactRecord(artifact=record) for _candidate, record in planned.plan.cached]
     return Probed(
-        records=tuple(sorted([*reused, *fresh], key=lambda r: r.artifact.relative_fileloc)),
+        records=tuple(sorted(records, key=lambda r: r.artifact.relative_fileloc)),
         accepted=tuple(accepted),
         failures=tuple(sorted(failures, key=lambda f: f.rel_path)),
     )
@@ -141,14 +140,15 @@ async def probe(
 
 def _records_of(
     answered: Sequence[tuple[ProbeOutcome, datetime]],
-    candidates: Sequence[Candidate],
+    planned: Planned,
     bundle_name: str,
     revision: str,
 ) -> tuple[list[ArtifactRecord], list[ProbeAccepted], list[ProbeFailed]]:
-    """Accepted answers as records; runs in a worker thread (answers may be large). An answer
-    the database could not store (a NUL character, a path too long) fails its artifact only."""
-    by_path = {c.rel_path: c for c in candidates}
-    records: list[ArtifactRecord] = []
+    """Reused and accepted answers as records; runs in a worker thread (answers may be large).
+    An answer the database could not store (a NUL character, a path too long) fails its
+    artifact only."""
+    by_path = {c.rel_path: c for c in planned.plan.probe}
+    records = [ArtifactRecord(artifact=record) for _candidate, record in planned.plan.cached]
     accepted: list[ProbeAccepted] = []
     refused: list[ProbeFailed] = []
     for outcome, probed_at in answered:
