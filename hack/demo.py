@@ -50,14 +50,14 @@ from tests.fixtures.postgres import (  # noqa: E402
 from tests.fixtures.runtimes import build_runtime  # noqa: E402
 from tests.fixtures.serialized_dags import add_stub_fields, literal_arg, xcom_arg  # noqa: E402
 
+from taskhandler_operator.airflow.arg_bindings import XComArgBinding  # noqa: E402
+from taskhandler_operator.airflow.serialized import StubTask  # noqa: E402
 from taskhandler_operator.artifacts.listing import list_candidates  # noqa: E402
 from taskhandler_operator.artifacts.models import Candidate, Language  # noqa: E402
 from taskhandler_operator.artifacts.planner import ProbePlan, plan_probes  # noqa: E402
-from taskhandler_operator.db.arg_bindings import XComArgBinding  # noqa: E402
 from taskhandler_operator.db.engine import create_engine, create_sync_engine  # noqa: E402
 from taskhandler_operator.db.inventory import StubInventory  # noqa: E402
 from taskhandler_operator.db.known_artifacts import load_known_artifacts  # noqa: E402
-from taskhandler_operator.db.serialized import StubTask  # noqa: E402
 from taskhandler_operator.db.tables import (  # noqa: E402
     artifact_table,
     binding_table,
@@ -69,11 +69,8 @@ from taskhandler_operator.db.writer import (  # noqa: E402
     PassResult,
     write_pass,
 )
-from taskhandler_operator.protocol.messages import (  # noqa: E402
-    TaskHandlerArtifact,
-    TaskHandlerDeclaration,
-)
 from taskhandler_operator.protocol.summary import ProbeSummary, accept_result  # noqa: E402
+from taskhandler_operator.records import TaskHandlerArtifact, TaskHandlerDeclaration  # noqa: E402
 from taskhandler_operator.scheduler import (  # noqa: E402
     attach_task_handlers,
     explain_unbound_sync,

@@ -34,13 +34,8 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql import Select
 
 from taskhandler_operator.db.engine import connection, translate_errors_sync
-from taskhandler_operator.db.tables import (
-    artifact_table,
-    binding_table,
-    probe_table,
-    problem_table,
-)
-from taskhandler_operator.protocol.messages import BundleInfo, TaskHandlerArtifactRef
+from taskhandler_operator.db.tables import artifact_table, binding_table, probe_table, problem_table
+from taskhandler_operator.records import BundleInfo, TaskHandlerArtifactRef
 
 TaskKey = tuple[str, str]
 

@@ -27,9 +27,9 @@ import psutil
 import pytest
 
 from taskhandler_operator.cli import main
+from taskhandler_operator.limits import MAX_SUMMARY_BYTES
 from taskhandler_operator.protocol.messages import TaskHandlerParsingResult
 from taskhandler_operator.protocol.summary import (
-    MAX_SUMMARY_BYTES,
     RESULT_MARKER,
     ProbeErrorKind,
     ProbeSummary,

@@ -26,16 +26,16 @@ from sqlalchemy.dialects.postgresql import ARRAY, distinct_on
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Select
 
-from taskhandler_operator.db.airflow_tables import dag, dag_version, serialized_dag
-from taskhandler_operator.db.engine import connection
-from taskhandler_operator.db.serialized import (
+from taskhandler_operator.airflow.serialized import (
     DEFAULT_QUEUE,
+    DagReadProblem,
     DagStubs,
     DocumentError,
-    ReadProblem,
     decode_document,
     read_stubs,
 )
+from taskhandler_operator.db.airflow_tables import dag, dag_version, serialized_dag
+from taskhandler_operator.db.engine import connection
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ def _parse_rows(
                 bundle_name=key.bundle_name,
                 relative_fileloc=key.relative_fileloc,
                 dag_hash=dag_hash,
-                problems=(ReadProblem(message=str(exc)),),
+                problems=(DagReadProblem(message=str(exc)),),
             )
         else:
             stubs = read_stubs(

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from taskhandler_operator.db.engine import connection
 from taskhandler_operator.db.tables import artifact_table, probe_table
-from taskhandler_operator.protocol.messages import TaskHandlerArtifact
+from taskhandler_operator.records import TaskHandlerArtifact
 
 log = logging.getLogger(__name__)
 

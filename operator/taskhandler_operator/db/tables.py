@@ -13,6 +13,12 @@ We never add columns to those. Operator-only bookkeeping lives in ``thop_``-pref
 * ``thop_bundle_problem``: the current problems of each bundle pass (unbound stubs, argument
   mismatches, unreadable Dags, conflicts with other bundles), which the scheduler read path
   also uses to explain a missing binding.
+* ``thop_bundle_claim``: which TaskHandlerBundle (cluster id, namespace, name, uid) owns a bundle
+  name. Every other row is keyed by the bundle name alone, so two resources naming the same
+  ``bundleName`` (in two namespaces, or two clusters sharing one Airflow database) would sweep
+  each other's rows without it; the database is the only place all operators see.
+* ``thop_queue_claim``: which bundle name serves each stub queue, across operators too; it goes
+  with its bundle's claim (``ON DELETE CASCADE``).
 
 The migrations in ``migrations/versions`` create exactly these shapes; a test compares them.
 """
@@ -43,24 +49,32 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from taskhandler_operator.db.airflow_tables import dag as airflow_dag
-from taskhandler_operator.protocol.messages import TaskHandlers
+from taskhandler_operator.limits import (
+    CACHE_DIGEST_LENGTH,
+    CLUSTER_ID_LENGTH,
+    ID_LENGTH,
+    KUBE_NAME_LENGTH,
+    KUBE_UID_LENGTH,
+    MD5_HEX_LENGTH,
+    PATH_LENGTH,
+    PROBLEM_KIND_LENGTH,
+    PROBLEM_SEVERITY_LENGTH,
+    QUEUE_LENGTH,
+    REVISION_LENGTH,
+)
+from taskhandler_operator.records import TaskHandlers
 
 ARTIFACT_TABLE = "lang_sdk_task_handler_artifact"
 BINDING_TABLE = "lang_sdk_task_handler"
 PROBE_TABLE = "thop_artifact_probe"
 PROBLEM_TABLE = "thop_bundle_problem"
+BUNDLE_CLAIM_TABLE = "thop_bundle_claim"
+QUEUE_CLAIM_TABLE = "thop_queue_claim"
 #: Our Alembic history's version table; Airflow keeps its own ``alembic_version``.
 VERSION_TABLE = "thop_alembic_version"
 
 #: Tables carrying Airflow's names: adopted when they already exist with the same shape.
 AIRFLOW_NAMED_TABLES: tuple[str, ...] = (ARTIFACT_TABLE, BINDING_TABLE)
-
-# Lengths Airflow uses for the same concepts elsewhere (dag.dag_id, dag_bundle.name, ...).
-ID_LENGTH = 250
-PATH_LENGTH = 2000
-HASH_LENGTH = 32
-CACHE_DIGEST_LENGTH = 128
-REVISION_LENGTH = 200
 
 metadata = MetaData()
 
@@ -115,7 +129,7 @@ class TaskHandlerArtifactRow(Base):
     id: Mapped[uuid.UUID] = mapped_column(Uuid, default=uuid.uuid4)
     bundle_name: Mapped[str] = mapped_column(String(ID_LENGTH), nullable=False)
     relative_fileloc: Mapped[str] = mapped_column(String(PATH_LENGTH), nullable=False)
-    relative_fileloc_hash: Mapped[str] = mapped_column(String(HASH_LENGTH), nullable=False)
+    relative_fileloc_hash: Mapped[str] = mapped_column(String(MD5_HEX_LENGTH), nullable=False)
     size_bytes: Mapped[int] = mapped_column(BigInteger, nullable=False)
     cache_digest: Mapped[str | None] = mapped_column(String(CACHE_DIGEST_LENGTH), nullable=True)
     task_handlers: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
@@ -143,7 +157,7 @@ class TaskHandlerBindingRow(Base):
     )
     dag_bundle_name: Mapped[str] = mapped_column(String(ID_LENGTH), nullable=False)
     dag_relative_fileloc: Mapped[str] = mapped_column(String(PATH_LENGTH), nullable=False)
-    dag_relative_fileloc_hash: Mapped[str] = mapped_column(String(HASH_LENGTH), nullable=False)
+    dag_relative_fileloc_hash: Mapped[str] = mapped_column(String(MD5_HEX_LENGTH), nullable=False)
 
 
 class ArtifactProbeRow(Base):
@@ -178,9 +192,9 @@ class BundleProblemRow(Base):
     )
 
     bundle_name: Mapped[str] = mapped_column(String(ID_LENGTH), nullable=False)
-    problem_key: Mapped[str] = mapped_column(String(HASH_LENGTH), nullable=False)
-    severity: Mapped[str] = mapped_column(String(16), nullable=False)
-    kind: Mapped[str] = mapped_column(String(32), nullable=False)
+    problem_key: Mapped[str] = mapped_column(String(MD5_HEX_LENGTH), nullable=False)
+    severity: Mapped[str] = mapped_column(String(PROBLEM_SEVERITY_LENGTH), nullable=False)
+    kind: Mapped[str] = mapped_column(String(PROBLEM_KIND_LENGTH), nullable=False)
     dag_id: Mapped[str | None] = mapped_column(String(ID_LENGTH), nullable=True)
     task_id: Mapped[str | None] = mapped_column(String(ID_LENGTH), nullable=True)
     relative_fileloc: Mapped[str | None] = mapped_column(String(PATH_LENGTH), nullable=True)
@@ -192,8 +206,56 @@ class BundleProblemRow(Base):
     )
 
 
+class BundleClaimRow(Base):
+    """Operator-only: the TaskHandlerBundle that owns a bundle name.
+
+    ``owner_created_at`` is the owner's creation time: the older resource wins a bundle name
+    (ties by namespace, then name), whichever operator reached the database first.
+    """
+
+    __tablename__ = BUNDLE_CLAIM_TABLE
+    __table_args__ = (
+        PrimaryKeyConstraint("bundle_name", name="thop_bundle_claim_pkey"),
+        Index("idx_thop_bundle_claim_owner", "cluster_id", "namespace", "name"),
+    )
+
+    bundle_name: Mapped[str] = mapped_column(String(ID_LENGTH), nullable=False)
+    cluster_id: Mapped[str] = mapped_column(String(CLUSTER_ID_LENGTH), nullable=False)
+    namespace: Mapped[str] = mapped_column(String(KUBE_NAME_LENGTH), nullable=False)
+    name: Mapped[str] = mapped_column(String(KUBE_NAME_LENGTH), nullable=False)
+    uid: Mapped[str] = mapped_column(String(KUBE_UID_LENGTH), nullable=False)
+    owner_created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    claimed_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+
+
+class QueueClaimRow(Base):
+    """Operator-only: the bundle name serving a stub queue; released with the bundle's claim."""
+
+    __tablename__ = QUEUE_CLAIM_TABLE
+    __table_args__ = (
+        PrimaryKeyConstraint("queue", name="thop_queue_claim_pkey"),
+        ForeignKeyConstraint(
+            ["bundle_name"],
+            [f"{BUNDLE_CLAIM_TABLE}.bundle_name"],
+            name="thop_queue_claim_bundle_fkey",
+            ondelete="CASCADE",
+        ),
+        Index("idx_thop_queue_claim_bundle", "bundle_name"),
+    )
+
+    queue: Mapped[str] = mapped_column(String(QUEUE_LENGTH), nullable=False)
+    bundle_name: Mapped[str] = mapped_column(String(ID_LENGTH), nullable=False)
+    claimed_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+
+
 # Core handles for the bulk statements of the write and read paths.
 artifact_table: Table = metadata.tables[ARTIFACT_TABLE]
 binding_table: Table = metadata.tables[BINDING_TABLE]
 probe_table: Table = metadata.tables[PROBE_TABLE]
 problem_table: Table = metadata.tables[PROBLEM_TABLE]
+bundle_claim_table: Table = metadata.tables[BUNDLE_CLAIM_TABLE]
+queue_claim_table: Table = metadata.tables[QUEUE_CLAIM_TABLE]

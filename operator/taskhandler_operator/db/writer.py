@@ -65,8 +65,8 @@ from taskhandler_operator.db.tables import (
     problem_table,
     stored_task_handlers,
 )
-from taskhandler_operator.protocol.messages import TaskHandlerArtifact, contains_nul
-from taskhandler_operator.validation import DagVerdict, Problem
+from taskhandler_operator.records import BundleProblem, TaskHandlerArtifact, contains_nul
+from taskhandler_operator.validation import DagVerdict
 
 DagOutcome = Literal["reconciled", "kept", "conflict"]
 
@@ -108,7 +108,7 @@ class BundlePass(BaseModel):
     artifacts: tuple[ArtifactRecord, ...] = ()
     verdicts: tuple[DagVerdict, ...] = ()
     # Problems about the bundle as a whole (no Dag), stored beside the Dags' own.
-    problems: tuple[Problem, ...] = ()
+    problems: tuple[BundleProblem, ...] = ()
     # Delete this bundle's artifact rows that are not in ``artifacts`` and have no binding.
     sweep_orphans: bool = True
 
@@ -244,7 +244,7 @@ async def record_artifacts_in(
     )
 
 
-def problem_key(problem: Problem) -> str:
+def problem_key(problem: BundleProblem) -> str:
     """A stable identity of a problem, so an unchanged problem is never rewritten."""
     identity = json.dumps(
         [
@@ -568,9 +568,9 @@ def _artifact_params(records: Sequence[ArtifactRecord], prefix: str) -> dict[str
     return _columns(rows, [name for name, _ in _ARTIFACT_COLUMNS], prefix)
 
 
-def _problem_params(problems: Sequence[Problem]) -> tuple[list[str], dict[str, list[Any]]]:
+def _problem_params(problems: Sequence[BundleProblem]) -> tuple[list[str], dict[str, list[Any]]]:
     """Deduplicated problem rows, sorted by key: (keys, one list per column)."""
-    by_key: dict[str, Problem] = {}
+    by_key: dict[str, BundleProblem] = {}
     for problem in problems:
         by_key.setdefault(problem_key(problem), problem)
     keys = sorted(by_key)
@@ -602,7 +602,7 @@ class _PassParams:
     reconciled_dag_ids: list[str]
     bindings: dict[str, list[Any]]
     listed_hashes: list[str]
-    problems: list[Problem]
+    problems: list[BundleProblem]
     files: dict[str, str]
 
 
@@ -737,7 +737,7 @@ class _PassWriter:
         self, params: _PassParams, conflicts: Sequence[BindingConflict]
     ) -> None:
         conflict_problems = [
-            Problem(
+            BundleProblem(
                 severity="error",
                 kind="conflict",
                 message=c.message(),

@@ -11,8 +11,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from taskhandler_operator.airflow.serialized import DagReadProblem
 from taskhandler_operator.db.inventory import StubInventory
-from taskhandler_operator.db.serialized import ReadProblem
 from tests.fixtures.serialized_dags import (
     add_stub_fields,
     dag_document,
@@ -126,15 +126,15 @@ async def test_broken_rows_become_problems_and_others_proceed(engine: AsyncEngin
     problems = {dag_id: stubs.problems for dag_id, stubs in inventory.dags.items()}
     assert problems["good"] == ()
     assert problems["not_zlib"] == (
-        ReadProblem(
+        DagReadProblem(
             message="data_compressed is not zlib data (Error -3 while decompressing data: "
             "incorrect header check)"
         ),
     )
     assert problems["not_json"][0].message.startswith("the serialized Dag is not JSON (")
-    assert problems["no_dag"] == (ReadProblem(message="the serialized Dag has no 'dag' object"),)
+    assert problems["no_dag"] == (DagReadProblem(message="the serialized Dag has no 'dag' object"),)
     assert problems["odd_args"] == (
-        ReadProblem(
+        DagReadProblem(
             message="_arg_bindings[0] ('x') has unknown binding kind 'env', expected 'xcom' or "
             "'literal'",
             task_id="t",

@@ -12,7 +12,7 @@ from taskhandler_operator.artifacts.models import Candidate
 from taskhandler_operator.artifacts.planner import plan_probes
 from taskhandler_operator.db.known_artifacts import load_known_artifacts, load_stored_artifacts
 from taskhandler_operator.db.writer import ArtifactRecord, record_artifacts
-from taskhandler_operator.protocol.messages import TaskHandlerDeclaration, TaskHandlerParam
+from taskhandler_operator.records import TaskHandlerDeclaration, TaskHandlerParam
 from tests.integration.db.helpers import PROBED_AT, artifact
 
 pytestmark = pytest.mark.integration

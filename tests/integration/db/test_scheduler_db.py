@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import Session
 
 from taskhandler_operator.db.engine import DatabaseUnavailable, create_engine
-from taskhandler_operator.protocol.messages import BundleInfo, TaskHandlerArtifactRef
+from taskhandler_operator.records import BundleInfo, TaskHandlerArtifactRef
 from taskhandler_operator.scheduler import (
     attach_task_handlers,
     explain_unbound,

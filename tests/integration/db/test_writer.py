@@ -20,7 +20,8 @@ from taskhandler_operator.db.writer import (
     write_pass,
     write_pass_in,
 )
-from taskhandler_operator.validation import DagVerdict, Problem
+from taskhandler_operator.records import BundleProblem
+from taskhandler_operator.validation import DagVerdict
 from tests.fixtures.serialized_dags import (
     dag_document,
     delete_dag,
@@ -452,7 +453,7 @@ async def test_write_pass_in_shares_the_callers_transaction(engine: AsyncEngine)
 
 async def test_a_problem_quoting_a_nul_character_is_stored_escaped(engine: AsyncEngine) -> None:
     # Probe failure reasons may quote runtime output; a text column cannot hold NUL.
-    problem = Problem(severity="error", kind="unreadable", message="runtime wrote a\x00b")
+    problem = BundleProblem(severity="error", kind="unreadable", message="runtime wrote a\x00b")
     bundle_pass = BundlePass(bundle_name="java", problems=(problem,))
     first = await write_pass(engine, bundle_pass)
     assert first.problems_inserted == 1

@@ -11,6 +11,7 @@ import pytest
 from taskhandler_operator.artifacts import go
 from taskhandler_operator.artifacts.models import Candidate, Language
 from taskhandler_operator.artifacts.verify import ArtifactVerificationError, verify_artifact
+from taskhandler_operator.limits import GO_MAX_METADATA_BYTES
 from tests.fixtures.packers import GO_TRAILER, go_cache_digest, pack_go_bundle, write_go_bundle
 from tests.unit.artifacts.helpers import flip, read_with
 
@@ -271,7 +272,7 @@ def test_not_executable_fails_with_the_reference_text(tmp_path: Path) -> None:
 
 
 def test_oversized_metadata_fails_before_reading_it(tmp_path: Path) -> None:
-    metadata_len = go.MAX_METADATA_BYTES + 1
+    metadata_len = GO_MAX_METADATA_BYTES + 1
     trailer = GO_TRAILER.pack(
         0, metadata_len, 1, hashlib.sha256(BINARY).digest(), bytes(12), b"AFBNDL01"
     )

@@ -9,12 +9,8 @@ from typing import Any
 
 import pytest
 
-from taskhandler_operator.protocol.messages import BundleInfo, TaskHandlerArtifactRef
-from taskhandler_operator.scheduler import (
-    attach_task_handlers,
-    no_record_reason,
-    workload_key,
-)
+from taskhandler_operator.records import BundleInfo, TaskHandlerArtifactRef
+from taskhandler_operator.scheduler import attach_task_handlers, no_record_reason, workload_key
 
 
 def payload(dag_id: str, task_id: str) -> dict[str, Any]:

@@ -8,19 +8,15 @@ import pytest
 from pydantic import ValidationError
 
 from taskhandler_operator.db.tables import fileloc_hash, stored_task_handlers
-from taskhandler_operator.db.writer import (
-    ArtifactRecord,
-    BundlePass,
-    bundle_lock_key,
-    problem_key,
-)
-from taskhandler_operator.protocol.messages import (
+from taskhandler_operator.db.writer import ArtifactRecord, BundlePass, bundle_lock_key, problem_key
+from taskhandler_operator.records import (
+    BundleProblem,
     TaskHandlerArtifact,
     TaskHandlerBinding,
     TaskHandlerDeclaration,
     TaskHandlerParam,
 )
-from taskhandler_operator.validation import DagVerdict, Problem
+from taskhandler_operator.validation import DagVerdict
 
 
 def record(path: str, bundle: str = "b") -> ArtifactRecord:
@@ -77,7 +73,7 @@ def test_inconsistent_passes_are_refused(kwargs: dict[str, Any], message: str) -
 
 
 def test_problem_key_is_stable_and_distinguishes() -> None:
-    p = Problem(severity="error", kind="unbound", message="m", dag_id="d", task_id="t")
+    p = BundleProblem(severity="error", kind="unbound", message="m", dag_id="d", task_id="t")
     assert problem_key(p) == problem_key(p.model_copy())
     assert len(problem_key(p)) == 32
     assert problem_key(p) != problem_key(p.model_copy(update={"severity": "warning"}))
