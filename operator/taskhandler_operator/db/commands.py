@@ -36,6 +36,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     check.add_argument("--url", help=url_help)
     check.set_defaults(func=_check)
 
+    bundle = db_commands.add_parser(
+        "dag-bundle",
+        help="does Airflow know this DagBundle, at the revision the bindings were probed at? "
+        "(exit 0 only when in sync)",
+    )
+    bundle.add_argument("bundle_name", metavar="BUNDLE", help="spec.bundleName of the bundle")
+    bundle.add_argument(
+        "--revision",
+        help="the source revision to compare with (default: the newest probe revision "
+        "recorded for the bundle's bindings)",
+    )
+    bundle.add_argument("--url", help=url_help)
+    bundle.set_defaults(func=_dag_bundle)
+
 
 def _url(args: argparse.Namespace) -> str | None:
     url: str | None = args.url or os.environ.get(URL_ENV)
@@ -93,3 +107,43 @@ def _check(args: argparse.Namespace) -> int:
         return 0
     print("schema does not match; run `taskhandler-operator db upgrade`", file=sys.stderr)
     return EXIT_REFUSED
+
+
+def _dag_bundle(args: argparse.Namespace) -> int:
+    from sqlalchemy import inspect
+
+    from taskhandler_operator.db.dag_bundle import dag_bundle_sync_sync
+    from taskhandler_operator.db.engine import (
+        DatabaseError,
+        create_sync_engine,
+        describe,
+        translate_errors_sync,
+    )
+    from taskhandler_operator.db.tables import ARTIFACT_TABLE, BINDING_TABLE, PROBE_TABLE
+
+    url = _url(args)
+    if url is None:
+        return EXIT_USAGE
+    try:
+        engine = create_sync_engine(url)
+        try:
+            with translate_errors_sync(), engine.connect() as conn:
+                inspector = inspect(conn)
+                if not inspector.has_table("dag_bundle"):
+                    raise DatabaseError(
+                        f"{describe(url)} has no Airflow table 'dag_bundle' (Airflow 3 keeps its "
+                        "DagBundles there); is this Airflow's metadata database?"
+                    )
+                for name in (ARTIFACT_TABLE, BINDING_TABLE, PROBE_TABLE):
+                    if not inspector.has_table(name):
+                        raise DatabaseError(
+                            f"{describe(url)} has no table {name!r}; run "
+                            "`taskhandler-operator db upgrade` first"
+                        )
+                found = dag_bundle_sync_sync(conn, args.bundle_name, args.revision)
+        finally:
+            engine.dispose()
+    except DatabaseError as exc:
+        return _fail(exc)
+    print(f"{found.condition()['type']}={found.status} reason={found.reason}: {found.message}")
+    return 0 if found.in_sync else EXIT_REFUSED
