@@ -12,6 +12,9 @@ binding tables, plus ``thop_bundle_problem`` to say why a stub has no binding.
   ``[sdk] queue_to_coordinator``), only tasks whose queue is routed are looked up, a task
   without a queue being on ``default_queue``. Without ``routed_queues`` every pair is resolved
   and the filtering is the caller's.
+* A pending ``db handover`` (rows held in ``thop_handover_*`` while Airflow's migration creates
+  its own tables) is followed: one catalog lookup per call finds where the rows are, so the
+  references stay the same before, during and after the handover.
 * :func:`attach_task_handlers` puts the references on ``ExecuteTask``-shaped payloads (as
   ``task_handler_artifact``) and lists the stub tasks that have none.
 * :func:`explain_unbound` / :func:`explain_unbound_sync` give the reason for those, in words a
@@ -43,7 +46,16 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql import Select
 
 from taskhandler_operator.db.engine import connection, translate_errors_sync
-from taskhandler_operator.db.tables import artifact_table, binding_table, probe_table, problem_table
+from taskhandler_operator.db.tables import (
+    BINDING_TABLE,
+    HOLD_BINDING_TABLE,
+    artifact_table,
+    binding_table,
+    held_artifact_table,
+    held_binding_table,
+    probe_table,
+    problem_table,
+)
 from taskhandler_operator.records import BundleInfo, TaskHandlerArtifactRef
 
 TaskKey = tuple[str, str]
@@ -121,16 +133,17 @@ def _pairs_table() -> Any:
     )
 
 
-def resolve_statement(*, pin_version: bool = False) -> Select[Any]:
+def resolve_statement(*, pin_version: bool = False, held: bool = False) -> Select[Any]:
     """One row per requested pair that has a binding.
 
     ``pin_version`` also returns the source revision the artifact was probed at, for
     deployments whose Airflow artifact bundle is versioned by the same revisions (a git
-    source and a ``GitDagBundle`` of the same repository).
+    source and a ``GitDagBundle`` of the same repository). ``held`` reads the tables a pending
+    ``db handover`` keeps the rows in.
     """
     wanted = _pairs_table()
-    b = binding_table
-    a = artifact_table
+    b: Any = held_binding_table if held else binding_table
+    a: Any = held_artifact_table if held else artifact_table
     columns = [b.c.dag_id, b.c.task_id, a.c.bundle_name, a.c.relative_fileloc]
     lookup = select(*columns).join(a, a.c.id == b.c.artifact_id)
     if pin_version:
@@ -145,6 +158,29 @@ def resolve_statement(*, pin_version: bool = False) -> Select[Any]:
         .lateral("found")
     )
     return select(found).select_from(wanted).join(found, true())
+
+
+def _sources_statement() -> Select[bool, bool]:
+    name = bindparam("binding", type_=Text())
+    held = bindparam("held", type_=Text())
+    return select(
+        func.to_regclass(name).is_not(None).label("airflow"),
+        func.to_regclass(held).is_not(None).label("held"),
+    )
+
+
+_SOURCE_PARAMS = {"binding": BINDING_TABLE, "held": HOLD_BINDING_TABLE}
+
+
+def _statements(airflow: bool, held: bool, pin_version: bool) -> list[Select[Any]]:
+    """Where the bindings are: Airflow's tables, or while a handover is pending the holding
+    tables (both, between Airflow's migration and ``db upgrade``: Airflow's rows win)."""
+    statements = []
+    if airflow or not held:
+        statements.append(resolve_statement(pin_version=pin_version))
+    if held:
+        statements.append(resolve_statement(pin_version=pin_version, held=True))
+    return statements
 
 
 def _chunks(keys: Sequence[TaskKey], size: int) -> Iterator[dict[str, list[str]]]:
@@ -182,14 +218,16 @@ async def resolve_task_handlers(
     without, everything given is resolved.
     """
     keys = routed_keys(pairs, routed_queues, default_queue)
-    statement = resolve_statement(pin_version=pin_version)
     refs: dict[TaskKey, TaskHandlerArtifactRef] = {}
     if not keys:
         return refs
     async with connection(engine) as conn:
+        sources = (await conn.execute(_sources_statement(), _SOURCE_PARAMS)).one()
+        statements = _statements(sources.airflow, sources.held, pin_version)
         for params in _chunks(keys, chunk_size):
-            for row in (await conn.execute(statement, params)).all():
-                refs[(row.dag_id, row.task_id)] = _ref(row, pin_version)
+            for statement in statements:
+                for row in (await conn.execute(statement, params)).all():
+                    refs.setdefault((row.dag_id, row.task_id), _ref(row, pin_version))
     return refs
 
 
@@ -204,12 +242,16 @@ def resolve_task_handlers_sync(
 ) -> dict[TaskKey, TaskHandlerArtifactRef]:
     """:func:`resolve_task_handlers` on a sync connection or ORM session (psycopg or psycopg2)."""
     keys = routed_keys(pairs, routed_queues, default_queue)
-    statement = resolve_statement(pin_version=pin_version)
     refs: dict[TaskKey, TaskHandlerArtifactRef] = {}
+    if not keys:
+        return refs
     with translate_errors_sync():
+        sources = conn.execute(_sources_statement(), _SOURCE_PARAMS).one()
+        statements = _statements(sources.airflow, sources.held, pin_version)
         for params in _chunks(keys, chunk_size):
-            for row in conn.execute(statement, params).all():
-                refs[(row.dag_id, row.task_id)] = _ref(row, pin_version)
+            for statement in statements:
+                for row in conn.execute(statement, params).all():
+                    refs.setdefault((row.dag_id, row.task_id), _ref(row, pin_version))
     return refs
 
 
