@@ -49,6 +49,7 @@ from taskhandler_operator.db.tables import (
     AIRFLOW_NAMED_TABLES,
     ARTIFACT_TABLE,
     BINDING_TABLE,
+    BUNDLE_CLAIM_TABLE,
     HOLD_ARTIFACT_TABLE,
     HOLD_BINDING_TABLE,
     HOLDING_TABLES,
@@ -256,7 +257,9 @@ def hand_over(conn: Connection, database: str) -> HandoverReport:
             f"{database}: table {sorted(airflows)[0]!r} was created by Airflow, whose own "
             "migrations manage it; there is nothing to hand over"
         )
-    _require_no_writer(conn, _bundle_names(conn, (ARTIFACT_TABLE, PROBLEM_TABLE)))
+    _require_no_writer(
+        conn, _bundle_names(conn, (ARTIFACT_TABLE, PROBLEM_TABLE, BUNDLE_CLAIM_TABLE))
+    )
     conn.execute(text(f"LOCK TABLE {BINDING_TABLE}, {ARTIFACT_TABLE} IN ACCESS EXCLUSIVE MODE"))
     before = {name: _count(conn, name) for name in AIRFLOW_NAMED_TABLES}
     _drop_probe_fk(conn)
@@ -314,7 +317,9 @@ def restore(conn: Connection, database: str) -> RestoreReport:
     """
     held_artifacts, held_bindings = (_count(conn, HOLDING_TABLES[n]) for n in AIRFLOW_NAMED_TABLES)
     # Wait for passes in flight: they write the new tables, and the merge must see their rows.
-    bundles = _bundle_names(conn, (HOLD_ARTIFACT_TABLE, ARTIFACT_TABLE, PROBLEM_TABLE))
+    bundles = _bundle_names(
+        conn, (HOLD_ARTIFACT_TABLE, ARTIFACT_TABLE, PROBLEM_TABLE, BUNDLE_CLAIM_TABLE)
+    )
     for bundle in bundles:
         conn.execute(
             select(func.pg_advisory_xact_lock(bindparam("key", type_=BigInteger()))),

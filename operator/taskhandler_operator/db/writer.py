@@ -60,6 +60,7 @@ from taskhandler_operator.db.engine import translate_errors
 from taskhandler_operator.db.tables import (
     artifact_table,
     binding_table,
+    declared_task_handlers,
     fileloc_hash,
     probe_table,
     problem_table,
@@ -93,7 +94,8 @@ class ArtifactRecord(BaseModel):
         # Runtime output is untrusted. PostgreSQL's json column takes a \u0000 escape but the
         # jsonb comparison of every later pass does not, so one such declaration would fail
         # the bundle's passes forever; refuse it here, for this artifact alone.
-        if contains_nul(stored_task_handlers(self.artifact.task_handlers)):
+        handlers = self.artifact.task_handlers
+        if contains_nul(declared_task_handlers(handlers) or stored_task_handlers(handlers)):
             raise ValueError(
                 f"artifact {self.artifact.relative_fileloc!r} declares task handlers containing "
                 "a NUL character, which the database cannot store"
@@ -352,25 +354,39 @@ def upsert_probes_statement() -> Executable:
     k = _rows(
         "k",
         "probe",
-        [("path_hash", Text()), ("revision", Text()), ("probed_at", DateTime(timezone=True))],
+        [
+            ("path_hash", Text()),
+            ("revision", Text()),
+            ("probed_at", DateTime(timezone=True)),
+            ("declared", Text()),
+        ],
     )
     a = artifact_table
     p = probe_table
-    source = select(a.c.id, k.c.revision, k.c.probed_at).join(
+    source = select(a.c.id, k.c.revision, k.c.probed_at, cast(k.c.declared, JSON)).join(
         a,
         and_(
             a.c.bundle_name == bindparam("bundle_name", type_=Text()),
             a.c.relative_fileloc_hash == k.c.path_hash,
         ),
     )
-    stmt = pg_insert(p).from_select(["artifact_id", "revision", "probed_at"], source)
+    stmt = pg_insert(p).from_select(
+        ["artifact_id", "revision", "probed_at", "declared_task_handlers"], source
+    )
     new = stmt.excluded
     return stmt.on_conflict_do_update(
         index_elements=[p.c.artifact_id],
-        set_={"revision": new.revision, "probed_at": new.probed_at},
+        set_={
+            "revision": new.revision,
+            "probed_at": new.probed_at,
+            "declared_task_handlers": new.declared_task_handlers,
+        },
         where=or_(
             p.c.revision.is_distinct_from(new.revision),
             p.c.probed_at.is_distinct_from(new.probed_at),
+            cast(p.c.declared_task_handlers, JSONB).is_distinct_from(
+                cast(new.declared_task_handlers, JSONB)
+            ),
         ),
     ).returning(p.c.artifact_id)
 
@@ -591,6 +607,12 @@ def _problem_params(problems: Sequence[BundleProblem]) -> tuple[list[str], dict[
     return keys, _columns(rows, [name for name, _ in _PROBLEM_COLUMNS], "problem")
 
 
+def _declared(record: ArtifactRecord) -> str | None:
+    """The runtime's own answer, when the stored form loses meaning (see tables.py)."""
+    declared = declared_task_handlers(record.artifact.task_handlers)
+    return None if declared is None else json.dumps(declared, sort_keys=True)
+
+
 @dataclass(frozen=True)
 class _PassParams:
     """Every array parameter of a pass, computed off the event loop (hashing, JSON)."""
@@ -612,7 +634,8 @@ def _prepare(bundle_pass: BundlePass) -> _PassParams:
     probed = [r for r in ordered if r.probed_at is not None]
     reused = [r for r in ordered if r.probed_at is None]
     probe_rows = [
-        (fileloc_hash(r.artifact.relative_fileloc), r.revision, r.probed_at) for r in probed
+        (fileloc_hash(r.artifact.relative_fileloc), r.revision, r.probed_at, _declared(r))
+        for r in probed
     ]
     reconciled = [v for v in bundle_pass.verdicts if v.bindings is not None]
     wanted = sorted(
@@ -634,7 +657,7 @@ def _prepare(bundle_pass: BundlePass) -> _PassParams:
         lock_key=bundle_lock_key(bundle_pass.bundle_name),
         probed=_artifact_params(probed, "art"),
         reused=_artifact_params(reused, "art"),
-        probes=_columns(probe_rows, ["path_hash", "revision", "probed_at"], "probe"),
+        probes=_columns(probe_rows, ["path_hash", "revision", "probed_at", "declared"], "probe"),
         reconciled_dag_ids=[v.dag_id for v in reconciled],
         bindings=_columns(wanted, [name for name, _ in _BINDING_COLUMNS], "bind"),
         listed_hashes=[fileloc_hash(r.artifact.relative_fileloc) for r in ordered],
