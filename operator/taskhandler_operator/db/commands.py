@@ -164,7 +164,12 @@ def _dag_bundle(args: argparse.Namespace) -> int:
         describe,
         translate_errors_sync,
     )
-    from taskhandler_operator.db.tables import ARTIFACT_TABLE, BINDING_TABLE, PROBE_TABLE
+    from taskhandler_operator.db.tables import (
+        ARTIFACT_TABLE,
+        BINDING_TABLE,
+        HOLD_ARTIFACT_TABLE,
+        PROBE_TABLE,
+    )
 
     url = _url(args)
     if url is None:
@@ -178,6 +183,14 @@ def _dag_bundle(args: argparse.Namespace) -> int:
                     raise DatabaseError(
                         f"{describe(url)} has no Airflow table 'dag_bundle' (Airflow 3 keeps its "
                         "DagBundles there); is this Airflow's metadata database?"
+                    )
+                if not inspector.has_table(ARTIFACT_TABLE) and inspector.has_table(
+                    HOLD_ARTIFACT_TABLE
+                ):
+                    raise DatabaseError(
+                        f"{describe(url)}: a handover is pending (the bindings wait in "
+                        f"{HOLD_ARTIFACT_TABLE}); run `airflow db migrate`, then "
+                        "`taskhandler-operator db upgrade`, and ask again"
                     )
                 for name in (ARTIFACT_TABLE, BINDING_TABLE, PROBE_TABLE):
                     if not inspector.has_table(name):

@@ -137,6 +137,11 @@ async def test_the_whole_handover_keeps_every_reference_and_every_row(
     )
     with pytest.raises(HandoverPending, match="Airflow has not created 'lang_sdk_task_handler_"):
         upgrade(db_url)
+    assert main(["db", "dag-bundle", "java", "--url", db_url]) == 1
+    assert capsys.readouterr().err.endswith(
+        ": a handover is pending (the bindings wait in thop_handover_artifact); run `airflow db "
+        "migrate`, then `taskhandler-operator db upgrade`, and ask again\n"
+    )
     assert _rows(sync_engine, HOLD_ARTIFACT_TABLE, HOLD_BINDING_TABLE) == rows
 
     # 2. Airflow's migration: the plain CREATE TABLE now succeeds.
