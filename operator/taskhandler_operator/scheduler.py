@@ -5,9 +5,10 @@ SQLAlchemy) needs only SQLAlchemy and pydantic. Everything here reads the Airflo
 binding tables, plus ``thop_bundle_problem`` to say why a stub has no binding.
 
 * :func:`resolve_task_handlers` / :func:`resolve_task_handlers_sync` map many
-  ``(dag_id, task_id)`` pairs to :class:`TaskHandlerArtifactRef` in one round trip per
-  ``chunk_size`` pairs. The pairs travel as two array parameters; a ``LATERAL`` lookup per
-  pair makes PostgreSQL use the binding table's primary key whatever the batch size.
+  ``(dag_id, task_id)`` pairs to :class:`TaskHandlerArtifactRef` in one statement per
+  ``chunk_size`` pairs, after one catalog lookup per call (see the handover below). The pairs
+  travel as two array parameters; a ``LATERAL`` lookup per pair makes PostgreSQL use the
+  binding table's primary key whatever the batch size.
 * Routing, as Airflow's scheduler does it: given ``routed_queues`` (the keys of
   ``[sdk] queue_to_coordinator``), only tasks whose queue is routed are looked up, a task
   without a queue being on ``default_queue``. Without ``routed_queues`` every pair is resolved
