@@ -39,6 +39,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubernetes.client import ApiClient
+
 from taskhandler_operator.controller.kubeapi import (
     Conflict,
     KubeApi,
@@ -161,6 +163,24 @@ class LeaderElector:
         self._renewed_at = 0.0
         self._last_error: str | None = None
         self._reported_holder: str | None = None
+        self._owns_api = False
+
+    @classmethod
+    def on_client(
+        cls, api_client: ApiClient, config: ElectionConfig, **kwargs: Any
+    ) -> LeaderElector:
+        """An elector with a :class:`KubeApi` of its own (closed when :meth:`run` ends): two
+        threads and requests bounded by half the renew deadline, so reconcile traffic never
+        queues ahead of a renewal and a hung call leaves time for another attempt."""
+        api = KubeApi(
+            api_client,
+            max_workers=2,
+            request_timeout=config.renew_deadline / 2,
+            thread_name="leader-election",
+        )
+        elector = cls(api, config, **kwargs)
+        elector._owns_api = True
+        return elector
 
     @property
     def is_leader(self) -> bool:
@@ -186,6 +206,17 @@ class LeaderElector:
         it to exit, because it must never keep reconciling without the Lease. If ``work``
         raises, the Lease is released and the exception propagates.
         """
+        try:
+            return await self._run(work, on_stopped)
+        finally:
+            if self._owns_api:
+                await self.api.aclose()
+
+    async def _run(
+        self,
+        work: Callable[[], Awaitable[None]],
+        on_stopped: Callable[[], Awaitable[None]] | None,
+    ) -> Outcome:
         if not await self._acquire():
             return Outcome.NEVER_LED
         self._set_leading(True)

@@ -14,7 +14,6 @@ import sys
 
 from kubernetes import config as k8s_config
 
-from taskhandler_operator.controller.kubeapi import KubeApi
 from taskhandler_operator.controller.leader import ElectionConfig, LeaderElector
 
 LEASE_DURATION = 8
@@ -24,7 +23,6 @@ RETRY_PERIOD = 0.5
 
 async def main(kubeconfig: str, namespace: str, lease: str, identity: str) -> int:
     api = k8s_config.new_client_from_config(config_file=kubeconfig)
-    kubeapi = KubeApi(api, max_workers=2, request_timeout=2.0)
     config = ElectionConfig(
         namespace,
         lease,
@@ -33,7 +31,7 @@ async def main(kubeconfig: str, namespace: str, lease: str, identity: str) -> in
         renew_deadline=RENEW_DEADLINE,
         retry_period=RETRY_PERIOD,
     )
-    elector = LeaderElector(kubeapi, config)
+    elector = LeaderElector.on_client(api, config)  # as the operator wires it
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, elector.stop)
 
     async def work() -> None:
@@ -42,7 +40,6 @@ async def main(kubeconfig: str, namespace: str, lease: str, identity: str) -> in
 
     outcome = await elector.run(work)
     print(f"OUTCOME {outcome.value}", flush=True)
-    await kubeapi.aclose()
     api.close()
     return 0
 
