@@ -544,18 +544,24 @@ class KubeApi:
             "regarding": ref,
         }
         path = f"/apis/events.k8s.io/v1/namespaces/{_q(namespace)}/events"
-        created = await self.request_json(
-            f"post Event {reason} on {ref['kind']} {namespace}/{ref['name']}",
-            "POST",
-            path,
-            query=_MANAGER,
-            body=event,
-        )
+        # Reserve the key before the call, so two passes posting the same Event concurrently
+        # post it once; a failed post gives it back.
         self._posted[key] = now
         self._posted.move_to_end(key)
         while len(self._posted) > self._dedupe_size:
             self._posted.popitem(last=False)
-        return created
+        try:
+            return await self.request_json(
+                f"post Event {reason} on {ref['kind']} {namespace}/{ref['name']}",
+                "POST",
+                path,
+                query=_MANAGER,
+                body=event,
+            )
+        except BaseException:
+            if self._posted.get(key) == now:
+                del self._posted[key]
+            raise
 
     def forget_events(self, namespace: str, name: str) -> None:
         """Drop the dedupe memory of a deleted object."""

@@ -352,6 +352,8 @@ class LeaderElector:
             # on the early side.
             self._renewed_at = started
             self._last_error = None
+        elif self._last_error is None:
+            self._last_error = "the Lease was held or written by someone else"
         return ok
 
     async def _try_acquire_or_renew(self) -> bool:
