@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -192,6 +193,38 @@ async def test_lease_lost_when_renewal_is_forbidden(
             assert lost_after < 3.0 + SLACK
     finally:
         user_api.close()
+
+
+def test_lease_lost_while_the_apiserver_is_down(
+    kube_cluster: KubeCluster, kube_api: k8s_client.ApiClient, kube_namespace: str
+) -> None:
+    # The elector runs on a loop in a thread of its own; the outage is made from this (the
+    # main) thread, because the fixture ties a restarted apiserver's life to the thread that
+    # starts it (PR_SET_PDEATHSIG), and a worker thread would take it down when it exits.
+    config = fast(kube_namespace, "cut-off_1", lease_duration=6, renew_deadline=3.0)
+    leading = threading.Event()
+    result: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        async with candidates(kube_api, config) as (candidate,):
+            await eventually(lambda: _true(candidate.elector.is_leader), "to lead", within=30)
+            leading.set()
+            result["outcome"] = await candidate.outcome()
+            result["lost_at"] = time.monotonic()
+            result["stopped"], result["cancelled"] = candidate.stopped, candidate.work_cancelled
+
+    runner = threading.Thread(target=lambda: asyncio.run(scenario()), name="elector-loop")
+    runner.start()
+    try:
+        assert leading.wait(60), "the elector did not lead"
+        killed_at = time.monotonic()
+        # The apiserver crashes and stays away longer than the renew deadline.
+        kube_cluster.restart_apiserver(down_seconds=3.0 + 4.0)
+    finally:
+        runner.join(90)
+    assert result["outcome"] is Outcome.LOST
+    assert result["stopped"] == 1 and result["cancelled"]
+    assert result["lost_at"] - killed_at < 3.0 + SLACK
 
 
 async def test_a_stolen_lease_stops_the_leader(
