@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_serializer
 from pydantic.alias_generators import to_camel
@@ -253,7 +253,7 @@ class TaskHandlerBundleStatus(_Status):
         default=0, ge=0, description="Problems not listed because the list is full."
     )
 
-    def to_body(self) -> dict[str, object]:
+    def to_body(self) -> dict[str, Any]:
         """The ``status`` stanza as written to the apiserver (camelCase, no nulls)."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
