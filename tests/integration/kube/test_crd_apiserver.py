@@ -237,3 +237,20 @@ def test_status_is_not_writable_through_the_main_resource(
     body["status"] = {"revision": "forged"}
     assert apply(kube_cluster, body).returncode == 0
     assert "status" not in get(kube_cluster, kube_namespace, "etl")
+
+
+def test_a_queue_listed_twice_is_refused(kube_cluster: KubeCluster, kube_namespace: str) -> None:
+    done = apply(kube_cluster, bundle_body("dup", kube_namespace, queues=["go", "go"]))
+    assert done.returncode != 0
+    assert 'spec.queues[1]: Duplicate value: "go"' in done.stderr
+
+
+def test_two_source_kinds_message_names_the_field(
+    kube_cluster: KubeCluster, kube_namespace: str
+) -> None:
+    both = {"git": {"url": "https://g/x.git"}, "volume": {"path": "/data"}}
+    done = apply(kube_cluster, bundle_body("two", kube_namespace, source=both))
+    assert done.returncode != 0
+    assert (
+        "spec.source: Invalid value: source must name exactly one of git, http, s3, volume"
+    ) in done.stderr
