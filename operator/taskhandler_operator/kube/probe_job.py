@@ -158,17 +158,30 @@ class ProbeJobRequest:
         files: Sequence[FetchFile],
         *,
         operator_image: str,
-        runtime_image: str,
+        runtime_images: Mapping[Language, str],
         settings: ProbePodSettings | None = None,
     ) -> ProbeJobRequest:
-        """The request for a bundle spec; ``spec.probe.image`` overrides ``runtime_image``."""
+        """The request for a bundle spec.
+
+        The probe container's image is ``spec.probe.image`` if set, else the operator's runtime
+        image for the language; Go artifacts are static executables, so Go defaults to the
+        operator image. ``ValueError`` when no image is known for the language.
+        """
+        image = spec.probe.image or runtime_images.get(spec.language)
+        if image is None and spec.language is Language.GO:
+            image = operator_image
+        if image is None:
+            raise ValueError(
+                f"no probe image for {spec.language.value} artifacts: configure the operator's "
+                f"{spec.language.value} runtime image or set spec.probe.image"
+            )
         return cls(
             bundle=bundle,
             language=spec.language,
             target=target,
             files=tuple(files),
             operator_image=operator_image,
-            runtime_image=spec.probe.image or runtime_image,
+            runtime_image=image,
             probe=spec.probe,
             settings=settings or ProbePodSettings(),
         )

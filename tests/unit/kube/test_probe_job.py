@@ -229,7 +229,7 @@ def test_scheduling_settings_and_image_override_come_from_the_bundle() -> None:
         ProbeTarget("app.jar", 10, None),
         [fetch_file("app.jar", 10)],
         operator_image="op:1",
-        runtime_image="java-default:1",
+        runtime_images={Language.JAVA: "java-default:1"},
         settings=ProbePodSettings(image_pull_policy="IfNotPresent", service_account="probes"),
     )
     pod = pod_spec(build_probe_job(req))
@@ -240,6 +240,28 @@ def test_scheduling_settings_and_image_override_come_from_the_bundle() -> None:
     assert pod["serviceAccountName"] == "probes"
     assert "--language" in pod["containers"][0]["command"]
     assert "java" in pod["containers"][0]["command"]
+
+
+def test_runtime_image_comes_from_the_language_and_go_runs_in_the_operator_image() -> None:
+    def image(language: str, **probe: Any) -> str:
+        spec = TaskHandlerBundleSpec.model_validate(
+            bundle_body(language=language, probe=probe)["spec"]
+        )
+        req = ProbeJobRequest.for_bundle(
+            BUNDLE,
+            spec,
+            TARGET,
+            [fetch_file()],
+            operator_image="op:1",
+            runtime_images={Language.TYPESCRIPT: "node-probe:1"},
+        )
+        return req.runtime_image
+
+    assert image("typescript") == "node-probe:1"
+    assert image("go") == "op:1"
+    assert image("go", image="custom:2") == "custom:2"
+    with pytest.raises(ValueError, match="no probe image for java artifacts: configure"):
+        image("java")
 
 
 def test_identity_from_a_bundle_object() -> None:
