@@ -206,31 +206,34 @@ def _ready(field: str) -> str:
     return f'.status.conditions[?(@.type=="Ready")].{field}'
 
 
+def _column(name: str, type_: str, path: str, description: str, priority: int = 0) -> Schema:
+    column: Schema = {"name": name, "type": type_, "jsonPath": path, "description": description}
+    if priority:
+        column["priority"] = priority
+    return column
+
+
 PRINTER_COLUMNS: list[Schema] = [
-    {"name": "Language", "type": "string", "jsonPath": ".spec.language"},
-    {"name": "Queues", "type": "string", "jsonPath": ".spec.queues"},
-    {"name": "Ready", "type": "string", "jsonPath": _ready("status")},
-    {"name": "Revision", "type": "string", "jsonPath": ".status.revision"},
-    {"name": "Handlers", "type": "integer", "jsonPath": ".status.counts.handlers"},
-    {"name": "Bindings", "type": "integer", "jsonPath": ".status.counts.bindings"},
-    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-    {"name": "Reason", "type": "string", "jsonPath": _ready("reason"), "priority": 1},
-    {"name": "Message", "type": "string", "jsonPath": _ready("message"), "priority": 1},
+    _column("Language", "string", ".spec.language", "Language of the artifacts."),
+    _column("Queues", "string", ".spec.queues", "Stub queues the bundle serves."),
+    _column(
+        "Ready",
+        "string",
+        _ready("status"),
+        "Whether every stub on the bundle's queues is bound at the current revision.",
+    ),
+    _column("Revision", "string", ".status.revision", "Source revision last synced."),
+    _column(
+        "Handlers", "integer", ".status.counts.handlers", "Task handlers the artifacts register."
+    ),
+    _column(
+        "Bindings", "integer", ".status.counts.bindings", "Stub tasks bound in Airflow's database."
+    ),
+    _column("Age", "date", ".metadata.creationTimestamp", "Time since the resource was created."),
+    # Shown with -o wide.
+    _column("Reason", "string", _ready("reason"), "Reason of the Ready condition.", priority=1),
+    _column("Message", "string", _ready("message"), "Message of the Ready condition.", priority=1),
 ]
-# Descriptions show in `kubectl get --show-kind`-less help; keep them with the columns.
-_COLUMN_HELP = {
-    "Language": "Language of the artifacts.",
-    "Queues": "Stub queues the bundle serves.",
-    "Ready": "Whether every stub on the bundle's queues is bound at the current revision.",
-    "Revision": "Source revision last synced.",
-    "Handlers": "Task handlers the artifacts register.",
-    "Bindings": "Stub tasks bound in Airflow's database.",
-    "Age": "Time since the resource was created.",
-    "Reason": "Reason of the Ready condition.",
-    "Message": "Message of the Ready condition.",
-}
-for _column in PRINTER_COLUMNS:
-    _column["description"] = _COLUMN_HELP[_column["name"]]
 
 
 def custom_resource_definition() -> Schema:

@@ -9,12 +9,14 @@ checks it); camelCase on the wire, snake_case in Python.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
@@ -96,6 +98,16 @@ class DeletionPolicy(StrEnum):
 def _check_parallelism(value: int) -> int:
     if not MIN_PARALLELISM <= value <= MAX_PARALLELISM:
         raise ValueError(PARALLELISM_MESSAGE)
+    return value
+
+
+def _one_source_kind(value: object) -> object:
+    # Checked before SourceSpec itself validates, so the model and the CRD's CEL rule give
+    # the same message whatever wording the sources module uses.
+    if isinstance(value, Mapping):
+        given = [kind for kind in SOURCE_KINDS if value.get(kind) is not None]
+        if len(given) != 1:
+            raise ValueError(SOURCE_MESSAGE + (f" (got {', '.join(given)})" if given else ""))
     return value
 
 
@@ -230,7 +242,9 @@ class TaskHandlerBundleSpec(_Spec):
         description="The @task.stub queues this bundle serves. Every stub on these queues must "
         "be claimed by exactly one artifact; a queue belongs to one TaskHandlerBundle.",
     )
-    source: Annotated[SourceSpec, Cel(_SOURCE_RULE, SOURCE_MESSAGE)] = Field(
+    source: Annotated[
+        SourceSpec, BeforeValidator(_one_source_kind), Cel(_SOURCE_RULE, SOURCE_MESSAGE)
+    ] = Field(
         description="Where the bundle's files come from: exactly one of git, http, s3, volume.",
     )
     interval: Duration = Field(
