@@ -68,6 +68,7 @@ TERMINATION_LOG = "/dev/termination-log"
 MAX_NAME = 63  # a Job name is also a label value on its pods
 HASH_CHARS = 10
 MIB = 1024 * 1024
+MAX_LOG_LINE_CHARS = 300  # of the log line quoted in a failure message
 
 # The probe driver's own bounds around the answer timeout (protocol/commands.py defaults).
 DRIVER_CONNECT_SECONDS = 10
@@ -542,35 +543,36 @@ def _last_line(text: str | None) -> str:
 
 
 def _failed(reason: ProbeFailure, message: str, log_tail: str | None) -> ProbeJobOutcome:
-    last = _last_line(log_tail)
+    last = _last_line(log_tail)[:MAX_LOG_LINE_CHARS]
     if last and last not in message:
         message = f"{message}; last log line: {last}"
     return ProbeJobOutcome(ProbePhase.FAILED, reason.value, message)
 
 
 def _running(pod: Mapping[str, Any] | None) -> ProbeJobOutcome:
+    """Where an unfinished probe is: no pod yet, unschedulable, waiting, fetching, probing."""
+
+    def running(reason: str, message: str) -> ProbeJobOutcome:
+        return ProbeJobOutcome(ProbePhase.RUNNING, reason, message)
+
     if pod is None:
-        return ProbeJobOutcome(ProbePhase.RUNNING, "Pending", "waiting for the probe pod")
-    scheduled = _condition(pod, "PodScheduled")
-    if scheduled is None:
-        for cond in (pod.get("status") or {}).get("conditions") or ():
-            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-                return ProbeJobOutcome(
-                    ProbePhase.RUNNING,
-                    str(cond.get("reason") or "Unschedulable"),
-                    f"the probe pod cannot be scheduled: {cond.get('message', '')}".strip(),
-                )
-    for name, init, doing in ((FETCH_CONTAINER, True, "Fetching"), (PROBE_CONTAINER, False, "")):
+        return running("Pending", "waiting for the probe pod")
+    for cond in (pod.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            why = cond.get("message") or "no node fits"
+            reason = str(cond.get("reason") or "Unschedulable")
+            return running(reason, f"the probe pod cannot be scheduled: {why}")
+    for name, init in ((FETCH_CONTAINER, True), (PROBE_CONTAINER, False)):
         state = _container_status(pod, name, init).get("state") or {}
-        waiting = state.get("waiting")
-        if waiting and waiting.get("reason") not in (None, "PodInitializing"):
-            message = f"the {name} container is waiting: {waiting.get('message', '')}".strip()
-            return ProbeJobOutcome(ProbePhase.RUNNING, str(waiting["reason"]), message.rstrip(":"))
-        if "running" in state and doing:
-            return ProbeJobOutcome(ProbePhase.RUNNING, doing, "downloading the artifact")
-    if "running" in (_container_status(pod, PROBE_CONTAINER).get("state") or {}):
-        return ProbeJobOutcome(ProbePhase.RUNNING, "Probing", "the probe is running")
-    return ProbeJobOutcome(ProbePhase.RUNNING, "Pending", "the probe pod is starting")
+        waiting = state.get("waiting") or {}
+        if waiting.get("reason") not in (None, "PodInitializing", "ContainerCreating"):
+            detail = f": {waiting['message']}" if waiting.get("message") else ""
+            return running(str(waiting["reason"]), f"the {name} container is waiting{detail}")
+        if "running" in state:
+            if init:
+                return running("Fetching", "downloading the artifact")
+            return running("Probing", "the probe is running")
+    return running("Pending", "the probe pod is starting")
 
 
 def job_outcome(
@@ -662,7 +664,7 @@ def _exit_outcome(probe: Mapping[str, Any], log_tail: str | None) -> ProbeJobOut
         known = ExitCode(code) if isinstance(code, int) else None
     except ValueError:
         known = None
-    if known in _EXIT_REASONS and known is not None:
+    if known is not None and known in _EXIT_REASONS:
         reason, lead = _EXIT_REASONS[known]
         detail = ""
         if summary is not None and summary.error:
