@@ -35,6 +35,8 @@ REVISION_LENGTH: Final = 200
 #: ``thop_bundle_problem.severity`` and ``.kind``.
 PROBLEM_SEVERITY_LENGTH: Final = 16
 PROBLEM_KIND_LENGTH: Final = 32
+#: ``thop_table_origin.created_by`` ("taskhandler-operator" or "airflow").
+ORIGIN_LENGTH: Final = 32
 #: Kubernetes names (a namespace, a resource name; RFC 1123 subdomain) and object uids.
 KUBE_NAME_LENGTH: Final = 253
 KUBE_UID_LENGTH: Final = 64

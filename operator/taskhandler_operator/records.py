@@ -6,8 +6,7 @@
   module, which imports them.
 * **Artifact and binding records** (:class:`TaskHandlerArtifact`, :class:`TaskHandlerBinding`):
   the rows of the two Airflow-named tables, as validated values; :class:`ArtifactRecord` is an
-  artifact as a pass writes it (when it was probed, at which revision), and
-  :func:`stored_task_handlers` the JSON its ``task_handlers`` column holds.
+  artifact as a pass writes it (when it was probed, at which revision).
 * **The scheduler's reference** (:class:`TaskHandlerArtifactRef`, :class:`BundleInfo`): what an
   ``ExecuteTask`` workload carries.
 * **Ownership** (:class:`BundleOwner`): the resource that holds a bundle name's claim.
@@ -129,32 +128,6 @@ class TaskHandlerArtifactRef(_Record):
     rel_path: str
 
 
-def stored_task_handlers(handlers: TaskHandlers) -> dict[str, list[dict[str, Any]]]:
-    """The ``task_handlers`` column's JSON: Design B declarations as Airflow stores them.
-
-    ``params: null`` is kept (it means "check presence only"); the Design-A-only ``required``
-    key is written only when a runtime sent it.
-    """
-    return {
-        dag_id: [
-            {
-                "task_id": declaration.task_id,
-                "binding": declaration.binding,
-                "params": None
-                if declaration.params is None
-                else [
-                    param.model_dump(
-                        mode="json", exclude={"required"} if param.required is None else set()
-                    )
-                    for param in declaration.params
-                ],
-            }
-            for declaration in declarations
-        ]
-        for dag_id, declarations in handlers.items()
-    }
-
-
 class ArtifactRecord(BaseModel):
     """One current artifact of the bundle.
 
@@ -174,7 +147,13 @@ class ArtifactRecord(BaseModel):
         # Runtime output is untrusted. PostgreSQL's json column takes a \u0000 escape but the
         # jsonb comparison of every later pass does not, so one such declaration would fail
         # the bundle's passes forever; refuse it here, for this artifact alone.
-        if contains_nul(stored_task_handlers(self.artifact.task_handlers)):
+        # Both stored forms (the column's, and the runtime's own answer kept beside it) are parts
+        # of the declarations as read, so checking those covers whatever is written.
+        answer = {
+            dag_id: [d.model_dump(mode="json") for d in declarations]
+            for dag_id, declarations in self.artifact.task_handlers.items()
+        }
+        if contains_nul(answer):
             raise ValueError(
                 f"artifact {self.artifact.relative_fileloc!r} declares task handlers containing "
                 "a NUL character, which the database cannot store"

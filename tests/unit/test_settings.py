@@ -140,10 +140,13 @@ def test_the_database_url_from_a_file_and_never_shown(
     )
 
 
+@pytest.mark.parametrize(
+    "command", [["upgrade"], ["check"], ["handover"], ["dag-bundle", "orders"]]
+)
 def test_db_commands_read_the_url_through_the_settings(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
 ) -> None:
-    assert main(["db", "check", "--url-file", str(tmp_path / "absent")]) == 2
+    assert main(["db", *command, "--url-file", str(tmp_path / "absent")]) == 2
     assert capsys.readouterr().err == (
         f"error: cannot read the database URL file {tmp_path / 'absent'}: "
         "No such file or directory\n"

@@ -21,9 +21,20 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
-from taskhandler_operator.limits import ID_LENGTH, MD5_HEX_LENGTH, PATH_LENGTH
+from taskhandler_operator.limits import ID_LENGTH, MD5_HEX_LENGTH, PATH_LENGTH, REVISION_LENGTH
 
 airflow_metadata = MetaData()
+
+# Airflow 3.x models/dagbundle.py: version is the bundle's current version (a git commit sha
+# for GitDagBundle, NULL for unversioned bundles), active false once it left the configuration.
+dag_bundle = Table(
+    "dag_bundle",
+    airflow_metadata,
+    Column("name", String(ID_LENGTH), primary_key=True),
+    Column("active", Boolean),
+    Column("version", String(REVISION_LENGTH)),
+    Column("last_refreshed", DateTime(timezone=True)),
+)
 
 dag = Table(
     "dag",

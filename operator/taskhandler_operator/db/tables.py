@@ -7,9 +7,16 @@ lengths, constraints), so a scheduler written against the ADR reads our rows unc
   task handler it declared (the cache the fast path compares against).
 * ``lang_sdk_task_handler``: one binding ``(dag_id, task_id) -> artifact``.
 
+Their constraints and indexes carry the names Airflow's model gives them (its metadata naming
+convention), they have no table comment, and stored answers stay in Design B's value domain
+(:func:`stored_task_handlers`), so Airflow's own migrations and model find exactly their own.
+
 We never add columns to those. Operator-only bookkeeping lives in ``thop_``-prefixed tables:
 
-* ``thop_artifact_probe``: the source revision each artifact was last probed at.
+* ``thop_artifact_probe``: the source revision each artifact was last probed at, and the
+  runtime's own answer where the stored form loses something validation reads.
+* ``thop_table_origin``: who created each Airflow-named table (the operator, or Airflow), which
+  decides what a downgrade may drop and whether a handover is needed.
 * ``thop_bundle_problem``: the current problems of each bundle pass (unbound stubs, argument
   mismatches, unreadable Dags, conflicts with other bundles), which the scheduler read path
   also uses to explain a missing binding.
@@ -44,9 +51,12 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     Uuid,
+    column,
     func,
+    table,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.sql import TableClause
 
 from taskhandler_operator.db.airflow_tables import dag as airflow_dag
 from taskhandler_operator.limits import (
@@ -56,12 +66,14 @@ from taskhandler_operator.limits import (
     KUBE_NAME_LENGTH,
     KUBE_UID_LENGTH,
     MD5_HEX_LENGTH,
+    ORIGIN_LENGTH,
     PATH_LENGTH,
     PROBLEM_KIND_LENGTH,
     PROBLEM_SEVERITY_LENGTH,
     QUEUE_LENGTH,
     REVISION_LENGTH,
 )
+from taskhandler_operator.records import TaskHandlerDeclaration, TaskHandlers
 
 ARTIFACT_TABLE = "lang_sdk_task_handler_artifact"
 BINDING_TABLE = "lang_sdk_task_handler"
@@ -69,11 +81,22 @@ PROBE_TABLE = "thop_artifact_probe"
 PROBLEM_TABLE = "thop_bundle_problem"
 BUNDLE_CLAIM_TABLE = "thop_bundle_claim"
 QUEUE_CLAIM_TABLE = "thop_queue_claim"
+ORIGIN_TABLE = "thop_table_origin"
+#: Where ``db handover`` keeps the Airflow-named tables until Airflow has created its own.
+HOLD_ARTIFACT_TABLE = "thop_handover_artifact"
+HOLD_BINDING_TABLE = "thop_handover_binding"
+#: ``thop_table_origin.created_by`` values.
+ORIGIN_OPERATOR = "taskhandler-operator"
+ORIGIN_AIRFLOW = "airflow"
 #: Our Alembic history's version table; Airflow keeps its own ``alembic_version``.
 VERSION_TABLE = "thop_alembic_version"
 
 #: Tables carrying Airflow's names: adopted when they already exist with the same shape.
 AIRFLOW_NAMED_TABLES: tuple[str, ...] = (ARTIFACT_TABLE, BINDING_TABLE)
+HOLDING_TABLES: dict[str, str] = {
+    ARTIFACT_TABLE: HOLD_ARTIFACT_TABLE,
+    BINDING_TABLE: HOLD_BINDING_TABLE,
+}
 
 metadata = MetaData()
 
@@ -86,6 +109,78 @@ def fileloc_hash(relative_fileloc: str) -> str:
     return hashlib.md5(relative_fileloc.encode("utf-8"), usedforsecurity=False).hexdigest()
 
 
+#: The ``binding`` values Airflow's Design-B model accepts in a stored answer.
+STORED_BINDINGS: tuple[str, ...] = ("positional", "named")
+#: The keys of a stored parameter (Design B's ``TaskHandlerParam``).
+STORED_PARAM_KEYS: frozenset[str] = frozenset({"name", "value_schema", "exact_name"})
+
+
+def _stored_declaration(declaration: TaskHandlerDeclaration) -> dict[str, Any] | None:
+    mode = declaration.mode
+    if mode is None:
+        return None
+    return {
+        "task_id": declaration.task_id,
+        "binding": mode,
+        "params": None
+        if declaration.params is None
+        else [
+            param.model_dump(mode="json", include=set(STORED_PARAM_KEYS))
+            for param in declaration.params
+        ],
+    }
+
+
+def stored_task_handlers(handlers: TaskHandlers) -> dict[str, list[dict[str, Any]]]:
+    """The ``task_handlers`` column's JSON, in Design B's value domain (what Airflow's model
+    loads): ``binding`` is ``positional`` or ``named`` (``named_or_whole`` and ``named_open``,
+    which validation reads as ``named``, are stored as ``named``); a parameter has exactly
+    ``name``, ``value_schema`` and ``exact_name`` (Design A's ``required`` and any other key
+    are dropped); a declaration in a mode nobody knows is left out. ``params: null`` is kept:
+    it means "check presence only".
+    """
+    stored: dict[str, list[dict[str, Any]]] = {}
+    for dag_id, declarations in handlers.items():
+        kept = (_stored_declaration(d) for d in declarations)
+        stored[dag_id] = [d for d in kept if d is not None]
+    return stored
+
+
+def _loses_meaning(declaration: TaskHandlerDeclaration) -> bool:
+    """Whether validation reads the stored form of ``declaration`` differently."""
+    if declaration.mode is None:
+        return True
+    return any(param.required is not None for param in declaration.params or ())
+
+
+def declared_task_handlers(handlers: TaskHandlers) -> dict[str, list[dict[str, Any]]] | None:
+    """The runtime's own answer, kept in the operator's table only when worth keeping.
+
+    That is when :func:`stored_task_handlers` loses something validation reads: a declaration
+    in an unknown mode (it errs when a stub uses it) or Design A's ``required``. Otherwise
+    None: the stored form says everything, and answers reused by the fast path validate the
+    same as fresh ones either way.
+    """
+    if not any(_loses_meaning(d) for ds in handlers.values() for d in ds):
+        return None
+    return {
+        dag_id: [
+            {
+                "task_id": d.task_id,
+                "binding": d.binding,
+                "params": None
+                if d.params is None
+                else [
+                    p.model_dump(mode="json", exclude={"required"} if p.required is None else set())
+                    for p in d.params
+                ],
+            }
+            for d in declarations
+        ]
+        for dag_id, declarations in handlers.items()
+    }
+
+
 class Base(DeclarativeBase):
     metadata = metadata
 
@@ -95,8 +190,11 @@ class TaskHandlerArtifactRow(Base):
     __table_args__ = (
         PrimaryKeyConstraint("id", name="lang_sdk_task_handler_artifact_pkey"),
         UniqueConstraint(
-            "bundle_name", "relative_fileloc_hash", name="lsth_artifact_bundle_fileloc_uq"
+            "bundle_name",
+            "relative_fileloc_hash",
+            name="lang_sdk_task_handler_artifact_bundle_fileloc_uq",
         ),
+        Index("idx_lang_sdk_task_handler_artifact_last_probed_at", "last_probed_at"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, default=uuid.uuid4)
@@ -115,17 +213,20 @@ class TaskHandlerBindingRow(Base):
         PrimaryKeyConstraint("dag_id", "task_id", name="lang_sdk_task_handler_pkey"),
         # The Dag owns its bindings: deleting the dag row reclaims them.
         ForeignKeyConstraint(
-            ["dag_id"], [airflow_dag.c.dag_id], name="lsth_dag_fkey", ondelete="CASCADE"
+            ["dag_id"],
+            [airflow_dag.c.dag_id],
+            name="lang_sdk_task_handler_dag_id_fkey",
+            ondelete="CASCADE",
         ),
-        Index("idx_lsth_dag_file", "dag_bundle_name", "dag_relative_fileloc_hash"),
-        Index("idx_lsth_artifact_id", "artifact_id"),
+        Index("idx_lang_sdk_task_handler_dag_file", "dag_bundle_name", "dag_relative_fileloc_hash"),
+        Index("idx_lang_sdk_task_handler_artifact_id", "artifact_id"),
     )
 
     dag_id: Mapped[str] = mapped_column(String(ID_LENGTH), nullable=False)
     task_id: Mapped[str] = mapped_column(String(ID_LENGTH), nullable=False)
     artifact_id: Mapped[uuid.UUID] = mapped_column(
         Uuid,
-        ForeignKey(f"{ARTIFACT_TABLE}.id", name="lsth_artifact_fkey"),
+        ForeignKey(f"{ARTIFACT_TABLE}.id", name="lang_sdk_task_handler_artifact_id_fkey"),
         nullable=False,
     )
     dag_bundle_name: Mapped[str] = mapped_column(String(ID_LENGTH), nullable=False)
@@ -148,6 +249,22 @@ class ArtifactProbeRow(Base):
     )
     revision: Mapped[str | None] = mapped_column(String(REVISION_LENGTH), nullable=True)
     probed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    # The runtime's answer when the stored form loses meaning (declared_task_handlers); read
+    # back only while the artifact row is still the one this probe wrote.
+    declared_task_handlers: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+
+
+class TableOriginRow(Base):
+    """Operator-only: who created an Airflow-named table (no table comment carries it)."""
+
+    __tablename__ = ORIGIN_TABLE
+    __table_args__ = (PrimaryKeyConstraint("table_name", name="thop_table_origin_pkey"),)
+
+    table_name: Mapped[str] = mapped_column(String(ID_LENGTH), nullable=False)
+    created_by: Mapped[str] = mapped_column(String(ORIGIN_LENGTH), nullable=False)
+    recorded_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
 
 
 class BundleProblemRow(Base):
@@ -227,3 +344,14 @@ probe_table: Table = metadata.tables[PROBE_TABLE]
 problem_table: Table = metadata.tables[PROBLEM_TABLE]
 bundle_claim_table: Table = metadata.tables[BUNDLE_CLAIM_TABLE]
 queue_claim_table: Table = metadata.tables[QUEUE_CLAIM_TABLE]
+origin_table: Table = metadata.tables[ORIGIN_TABLE]
+
+
+def _clause(name: str, source: Table) -> TableClause:
+    return table(name, *(column(c.name, c.type) for c in source.columns))
+
+
+# The holding tables exist only between ``db handover`` and the ``db upgrade`` after Airflow's
+# migration (renamed Airflow-named tables, same columns); never created from this module.
+held_artifact_table: TableClause = _clause(HOLD_ARTIFACT_TABLE, artifact_table)
+held_binding_table: TableClause = _clause(HOLD_BINDING_TABLE, binding_table)

@@ -40,12 +40,14 @@ from taskhandler_operator.db.airflow_tables import dag as airflow_dag
 from taskhandler_operator.db.tables import (
     artifact_table,
     binding_table,
+    declared_task_handlers,
     fileloc_hash,
     probe_table,
     problem_table,
+    stored_task_handlers,
 )
 from taskhandler_operator.db.write_models import BundlePass
-from taskhandler_operator.records import ArtifactRecord, BundleProblem, stored_task_handlers
+from taskhandler_operator.records import ArtifactRecord, BundleProblem
 
 
 def problem_key(problem: BundleProblem) -> str:
@@ -161,25 +163,39 @@ def upsert_probes_statement() -> Executable:
     k = _rows(
         "k",
         "probe",
-        [("path_hash", Text()), ("revision", Text()), ("probed_at", DateTime(timezone=True))],
+        [
+            ("path_hash", Text()),
+            ("revision", Text()),
+            ("probed_at", DateTime(timezone=True)),
+            ("declared", Text()),
+        ],
     )
     a = artifact_table
     p = probe_table
-    source = select(a.c.id, k.c.revision, k.c.probed_at).join(
+    source = select(a.c.id, k.c.revision, k.c.probed_at, cast(k.c.declared, JSON)).join(
         a,
         and_(
             a.c.bundle_name == bindparam("bundle_name", type_=Text()),
             a.c.relative_fileloc_hash == k.c.path_hash,
         ),
     )
-    stmt = pg_insert(p).from_select(["artifact_id", "revision", "probed_at"], source)
+    stmt = pg_insert(p).from_select(
+        ["artifact_id", "revision", "probed_at", "declared_task_handlers"], source
+    )
     new = stmt.excluded
     return stmt.on_conflict_do_update(
         index_elements=[p.c.artifact_id],
-        set_={"revision": new.revision, "probed_at": new.probed_at},
+        set_={
+            "revision": new.revision,
+            "probed_at": new.probed_at,
+            "declared_task_handlers": new.declared_task_handlers,
+        },
         where=or_(
             p.c.revision.is_distinct_from(new.revision),
             p.c.probed_at.is_distinct_from(new.probed_at),
+            cast(p.c.declared_task_handlers, JSONB).is_distinct_from(
+                cast(new.declared_task_handlers, JSONB)
+            ),
         ),
     ).returning(p.c.artifact_id)
 
@@ -400,6 +416,12 @@ def problem_params(problems: Sequence[BundleProblem]) -> tuple[list[str], dict[s
     return keys, _columns(rows, [name for name, _ in _PROBLEM_COLUMNS], "problem")
 
 
+def _declared(record: ArtifactRecord) -> str | None:
+    """The runtime's own answer, when the stored form loses meaning (see tables.py)."""
+    declared = declared_task_handlers(record.artifact.task_handlers)
+    return None if declared is None else json.dumps(declared, sort_keys=True)
+
+
 @dataclass(frozen=True)
 class PassParams:
     """Every array parameter of a pass, computed off the event loop (hashing, JSON)."""
@@ -421,7 +443,8 @@ def prepare_params(bundle_pass: BundlePass) -> PassParams:
     probed = [r for r in ordered if r.probed_at is not None]
     reused = [r for r in ordered if r.probed_at is None]
     probe_rows = [
-        (fileloc_hash(r.artifact.relative_fileloc), r.revision, r.probed_at) for r in probed
+        (fileloc_hash(r.artifact.relative_fileloc), r.revision, r.probed_at, _declared(r))
+        for r in probed
     ]
     reconciled = [v for v in bundle_pass.verdicts if v.bindings is not None]
     wanted = sorted(
@@ -443,7 +466,7 @@ def prepare_params(bundle_pass: BundlePass) -> PassParams:
         lock_key=bundle_lock_key(bundle_pass.bundle_name),
         probed=_artifact_params(probed, "art"),
         reused=_artifact_params(reused, "art"),
-        probes=_columns(probe_rows, ["path_hash", "revision", "probed_at"], "probe"),
+        probes=_columns(probe_rows, ["path_hash", "revision", "probed_at", "declared"], "probe"),
         reconciled_dag_ids=[v.dag_id for v in reconciled],
         bindings=_columns(wanted, [name for name, _ in _BINDING_COLUMNS], "bind"),
         listed_hashes=[fileloc_hash(r.artifact.relative_fileloc) for r in ordered],
