@@ -263,16 +263,12 @@ class RevisionStore:
         """Publish ``staging.tree`` as ``record``'s revision: record first, then the rename."""
         revision = record.revision
         target = self.revision_dir(staging.namespace, staging.bundle, revision.id)
-        record_path = self._record_path(staging.namespace, staging.bundle, revision.id)
         published = record.model_copy(
             update={"revision": revision.model_copy(update={"path": target})}
         )
 
         def publish() -> None:
-            record_path.parent.mkdir(exist_ok=True)
-            temporary = record_path.parent / f".{revision.id}.{secrets.token_hex(4)}"
-            temporary.write_text(published.model_dump_json(indent=1))
-            temporary.replace(record_path)
+            self._write_record(staging.namespace, staging.bundle, published)
             if target.exists():  # same id published meanwhile (cannot happen under the lock)
                 _remove_tree(staging.dir)
                 return
@@ -293,15 +289,25 @@ class RevisionStore:
         for record in found:
             if record.revision.id == revision:
                 updated = record.model_copy(update={"synced_at": datetime.now(UTC)})
-                path = self._record_path(namespace, bundle, revision)
-
-                def write(updated: RevisionRecord = updated, path: Path = path) -> None:
-                    temporary = path.parent / f".{revision}.{secrets.token_hex(4)}"
-                    temporary.write_text(updated.model_dump_json(indent=1))
-                    temporary.replace(path)
-
-                await asyncio.to_thread(write)
+                await asyncio.to_thread(self._write_record, namespace, bundle, updated)
                 return
+
+    async def update_details(
+        self, namespace: str, bundle: str, revision: str, details: dict[str, Any]
+    ) -> None:
+        """Replace the kind-specific details of a kept revision (e.g. a new ETag)."""
+        record = await self.record(namespace, bundle, revision)
+        if record is None or record.details == details:
+            return
+        updated = record.model_copy(update={"details": details})
+        await asyncio.to_thread(self._write_record, namespace, bundle, updated)
+
+    def _write_record(self, namespace: str, bundle: str, record: RevisionRecord) -> None:
+        path = self._record_path(namespace, bundle, record.revision.id)
+        path.parent.mkdir(exist_ok=True)
+        temporary = path.parent / f".{record.revision.id}.{secrets.token_hex(4)}"
+        temporary.write_text(record.model_dump_json(indent=1))
+        temporary.replace(path)
 
     # -- retention -----------------------------------------------------------------------------
 

@@ -160,8 +160,8 @@ async def sync(
         check_name(bundle, "bundle")
     except ValueError as exc:
         raise InvalidSource(str(exc)) from None
-    creds = dict(credentials or {})
-    secrets = list(creds.values())
+    creds = None if credentials is None else dict(credentials)
+    secrets = list(creds.values()) if creds else []
     ctx = SyncContext(store, namespace, bundle)
     try:
         async with asyncio.timeout(timeout):
@@ -184,7 +184,9 @@ async def sync(
         ) from None
 
 
-async def _dispatch(source: SourceSpec, creds: dict[str, bytes], ctx: SyncContext) -> Revision:
+async def _dispatch(
+    source: SourceSpec, creds: dict[str, bytes] | None, ctx: SyncContext
+) -> Revision:
     if source.volume is not None:
         from taskhandler_operator.sources.volume import sync_volume
 

@@ -277,6 +277,28 @@ class TreeWriter:
         self._sizes[rel] = st.st_size
         return st.st_size
 
+    def add_move(self, name: str, source: Path, mode: int = 0o644) -> int:
+        """Move the downloaded file ``source`` (in the same staging folder) in as ``name``."""
+        with self._lock:
+            rel = self._name(name)
+            file_mode = _file_mode(mode, f"file {rel!r}")
+            st = os.lstat(source)
+            if not stat.S_ISREG(st.st_mode):
+                raise ArchiveRefused(f"{rel!r} is not a regular file")
+            self._count_entry()
+            self._count_bytes(st.st_size, rel)
+            parent_fd, leaf = self._parent(rel)
+            source.chmod(file_mode)
+            try:
+                # link + unlink rather than rename: a rename would replace an existing entry
+                os.link(source, leaf, dst_dir_fd=parent_fd, follow_symlinks=False)
+            except FileExistsError:
+                raise ArchiveRefused(f"{rel!r} appears twice") from None
+            source.unlink()
+            self.files += 1
+            self._sizes[rel] = st.st_size
+            return st.st_size
+
     def add_link_from(self, name: str, source: Path) -> int:
         with self._lock:
             return self._add_link_from(name, source)
