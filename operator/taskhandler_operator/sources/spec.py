@@ -50,8 +50,13 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class _Spec(BaseModel):
+    # hide_input_in_errors: a refused URL may carry credentials; errors name the field only.
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        hide_input_in_errors=True,
     )
 
 

@@ -450,7 +450,10 @@ def open_folder(base: Path, sub_path: str) -> int:
             try:
                 child = os.open(part, _DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
-                if exc.errno == errno.ELOOP:
+                # O_NOFOLLOW | O_DIRECTORY on a symlink fails with ELOOP or ENOTDIR.
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR) and stat.S_ISLNK(
+                    os.lstat(part, dir_fd=fd).st_mode
+                ):
                     raise ArchiveRefused(f"subPath component {part!r} is a symlink") from None
                 raise
             os.close(fd)
