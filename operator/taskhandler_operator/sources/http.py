@@ -84,7 +84,7 @@ def _auth_header(credentials: Mapping[str, bytes] | None) -> str | None:
         raise InvalidSource("the http source's Secret must hold token, or username and password")
     import aiohttp
 
-    return aiohttp.BasicAuth(username, password).encode()
+    return aiohttp.encode_basic_auth(username, password)
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:
