@@ -561,6 +561,7 @@ async def sync_git(
                     raise GitFetchFailed(f"git archive failed: {_last_lines(result.stderr)}")
                 try:
                     await ctx.blocking(extract_archive, tar, "tar", build.writer)
+                    await ctx.blocking(build.writer.finish)  # link checks, named with the commit
                 except ArchiveRefused as exc:
                     raise ArchiveRefused(
                         f"commit {commit} of {shown_url(spec.url)} refused: {exc.message}"

@@ -247,6 +247,7 @@ async def _download_and_build(
         if spec.archive_format is not None:
             try:
                 await ctx.blocking(extract_archive, download, spec.archive_format, build.writer)
+                await ctx.blocking(build.writer.finish)  # link checks, named with the archive
             except ArchiveRefused as exc:
                 raise ArchiveRefused(
                     f"archive {shown_url(spec.url)} refused: {exc.message}"
