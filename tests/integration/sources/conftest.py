@@ -33,7 +33,7 @@ async def sync_source(
     credentials: Mapping[str, bytes] | None = None,
     *,
     bundle: str = "bundle",
-    timeout: float = 60.0,
+    within: float = 60.0,
 ) -> Revision:
     return await sync(
         SourceSpec.model_validate(source),
@@ -41,7 +41,7 @@ async def sync_source(
         store,
         namespace=NAMESPACE,
         bundle=bundle,
-        timeout=timeout,
+        timeout=within,
     )
 
 

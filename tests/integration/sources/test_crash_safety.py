@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import secrets
 import signal
-import subprocess
 import sys
 import textwrap
 import time
@@ -56,21 +56,28 @@ async def test_sigkill_mid_download(open_http: HttpServer, tmp_path: Path) -> No
     open_http.control(rel, slow=0.05)  # 64 KiB every 50 ms: about 3 s for the whole file
     root = tmp_path / "store"
     bundle_dir = root / NAMESPACE / "bundle"
-    child = subprocess.Popen(
-        [sys.executable, "-c", SYNC_SCRIPT, str(root), url, digest, NAMESPACE],
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        SYNC_SCRIPT,
+        str(root),
+        url,
+        digest,
+        NAMESPACE,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
     try:
         deadline = time.monotonic() + 60
         while staged_bytes(bundle_dir) < (256 << 10):
-            assert child.poll() is None, "the sync ended before it could be killed"
+            assert child.returncode is None, "the sync ended before it could be killed"
             assert time.monotonic() < deadline, "the download never started"
-            time.sleep(0.02)
+            await asyncio.sleep(0.02)
         child.send_signal(signal.SIGKILL)
-        child.wait(timeout=30)
+        await asyncio.wait_for(child.wait(), 30)
     finally:
-        if child.poll() is None:
+        if child.returncode is None:
             child.kill()
+            await child.wait()
     assert child.returncode == -signal.SIGKILL
     leftovers = [p.name for p in bundle_dir.iterdir() if p.name.startswith(".tmp-")]
     assert leftovers, "the kill should have left a half-written staging folder"

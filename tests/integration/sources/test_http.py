@@ -229,9 +229,7 @@ async def test_the_query_string_never_shows_in_an_error(
     assert "very-secret-signature" not in str(info.value)
 
 
-async def test_the_size_cap_refuses_a_large_download(
-    open_http: HttpServer, tmp_path: Path
-) -> None:
+async def test_the_size_cap_refuses_a_large_download(open_http: HttpServer, tmp_path: Path) -> None:
     data = os.urandom(200_000)
     url = open_http.put_file(unique("big.bin"), data)
     store = make_store(tmp_path / "store", max_bytes=100_000)
@@ -248,7 +246,7 @@ async def test_a_hanging_server_is_bounded_by_the_timeout(
     open_http.control(rel, hang=60)
     started = time.monotonic()
     with pytest.raises(SourceTimeout, match="did not finish within 1s"):
-        await sync_source(store, http(open_http.file_url(rel), b"late"), timeout=1.0)
+        await sync_source(store, http(open_http.file_url(rel), b"late"), within=1.0)
     assert time.monotonic() - started < 30  # bounded, not a speed claim
     base = store.root / NAMESPACE / "bundle"
     assert [p.name for p in base.iterdir() if p.name.startswith(".tmp-")] == []

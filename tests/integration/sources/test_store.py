@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -108,42 +107,38 @@ async def test_open_leaves_a_bundle_locked_by_another_process_alone(
         os.close(fd)
 
 
-async def test_the_bundle_lock_holds_across_processes(
-    store: RevisionStore, tmp_path: Path
-) -> None:
+async def test_the_bundle_lock_holds_across_processes(store: RevisionStore, tmp_path: Path) -> None:
     """A sync waits while another process holds the bundle's file lock."""
     folder = tmp_path / "vol"
     folder.mkdir()
     (folder / "a.txt").write_text("x")
     base = store.root / NAMESPACE / "bundle"
     base.mkdir(parents=True)
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            textwrap.dedent(
-                f"""
-                import fcntl, os, sys, time
-                fd = os.open({str(base / '.lock')!r}, os.O_RDWR | os.O_CREAT)
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                print("locked", flush=True)
-                sys.stdin.read()
-                """
-            ),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
+    holder = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        textwrap.dedent(
+            f"""
+            import fcntl, os, sys
+            fd = os.open({str(base / ".lock")!r}, os.O_RDWR | os.O_CREAT)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            print("locked", flush=True)
+            sys.stdin.read()
+            """
+        ),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
     )
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        assert holder.stdout is not None
+        assert (await holder.stdout.readline()).strip() == b"locked"
         with pytest.raises(SourceTimeout):
-            await sync_source(store, volume(folder), timeout=1.0)
+            await sync_source(store, volume(folder), within=1.0)
         assert await store.revisions(NAMESPACE, "bundle") == []
     finally:
         assert holder.stdin is not None
         holder.stdin.close()
-        holder.wait(timeout=10)
+        await asyncio.wait_for(holder.wait(), 10)
     revision = await sync_source(store, volume(folder))  # free again
     assert (revision.path / "a.txt").read_text() == "x"
 

@@ -71,9 +71,7 @@ async def test_unchanged_files_are_linked_from_the_previous_revision(
     assert second.id != first.id
     same = (second.path / "file08.bin").stat().st_ino == (first.path / "file08.bin").stat().st_ino
     assert same  # unchanged: one immutable file, two revisions
-    assert (second.path / "file07.bin").stat().st_ino != (
-        first.path / "file07.bin"
-    ).stat().st_ino
+    assert (second.path / "file07.bin").stat().st_ino != (first.path / "file07.bin").stat().st_ino
     assert (first.path / "file07.bin").read_bytes() != b"new content"
 
 
