@@ -278,8 +278,18 @@ def _kill_group(proc: asyncio.subprocess.Process) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+_BOILERPLATE = (
+    "please make sure you have the correct access rights",
+    "and the repository exists.",
+)
+
+
 def _last_lines(stderr: str, n: int = 3) -> str:
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    lines = [
+        line.strip()
+        for line in stderr.splitlines()
+        if line.strip() and line.strip().lower() not in _BOILERPLATE
+    ]
     # git prefixes its own lines with "fatal:"/"error:"; keep the end, where the cause is.
     return " | ".join(lines[-n:]) or "no output"
 
