@@ -56,6 +56,7 @@ _AUTH_CODES = frozenset(
         "ExpiredToken",
         "InvalidSecurity",
         "AuthorizationHeaderMalformed",
+        "XAdminUserNotFound",  # VersityGW: an unknown access key id
         "403",
         "401",
     }
