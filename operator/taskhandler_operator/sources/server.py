@@ -107,9 +107,11 @@ class ArtifactServer:
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        runner = web.AppRunner(
+            self.app, access_log=None, handle_signals=False, shutdown_timeout=5.0
+        )
         await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port, shutdown_timeout=5.0)
+        site = web.TCPSite(runner, self.host, self.port)
         await site.start()
         self._runner = runner
         server = getattr(site, "_server", None)
