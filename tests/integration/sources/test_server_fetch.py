@@ -244,8 +244,8 @@ async def test_fetch_detects_corruption_and_retries(open_http: HttpServer, tmp_p
     data = os.urandom(50_000)
     rel = f"{secrets.token_hex(4)}/artifact.jar"
     url = open_http.put_file(rel, data)
-    item = {"path": "artifact.jar", "url": url, "sha256": hashlib.sha256(data).hexdigest()}
-    item["size"] = len(data)
+    item: dict[str, object] = {"path": "artifact.jar", "url": url, "size": len(data)}
+    item["sha256"] = hashlib.sha256(data).hexdigest()
     open_http.control(rel, corrupt=2)
     run = await fetch(tmp_path / "ok", [item], "--attempts", "5")
     assert run.code == 0, run.stderr
