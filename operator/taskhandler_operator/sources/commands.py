@@ -202,6 +202,7 @@ def run_sync(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from taskhandler_operator.sources.errors import SourceError
+    from taskhandler_operator.sources.paths import check_name
     from taskhandler_operator.sources.spec import SourceSpec
     from taskhandler_operator.sources.store import RevisionStore
     from taskhandler_operator.sources.sync import sync
@@ -232,6 +233,12 @@ def run_sync(args: argparse.Namespace) -> int:
         return 2
     namespace = args.namespace or facts.get("namespace") or "default"
     bundle = args.bundle or facts.get("name") or _name_from(args.file)
+    try:
+        check_name(str(namespace), "namespace")
+        check_name(str(bundle), "bundle")
+    except ValueError as exc:
+        print(f"sync: {exc}", file=sys.stderr)
+        return 2
     store = RevisionStore(args.store, keep=max(1, args.keep))
 
     async def go() -> Any:
@@ -246,9 +253,6 @@ def run_sync(args: argparse.Namespace) -> int:
     except SourceError as exc:
         print(f"sync: {exc.reason}: {exc.message}", file=sys.stderr)
         return 1
-    except ValueError as exc:  # a namespace or bundle name that is not a Kubernetes name
-        print(f"sync: {_one_line(str(exc))}", file=sys.stderr)
-        return 2
     took = time.perf_counter() - started
     candidates: list[dict[str, Any]] = []
     if args.list:
