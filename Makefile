@@ -12,7 +12,7 @@ export THOP_CACHE
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: demo test lint typecheck unit venv system-deps k8s-bins airflow-venv clean
+.PHONY: demo test lint typecheck unit venv system-deps k8s-bins versitygw airflow-venv clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ system-deps:
 
 k8s-bins:
 	@bash hack/build-k8s.sh
+
+# The S3-compatible server the source tests run against (built from its Go module, cached).
+versitygw:
+	@bash hack/build-versitygw.sh
 
 airflow-venv:
 	@bash hack/airflow-venv.sh
@@ -45,7 +49,7 @@ typecheck: venv
 unit: venv
 	$(BIN)/pytest tests/unit
 
-test: venv system-deps k8s-bins airflow-venv lint typecheck
+test: venv system-deps k8s-bins versitygw airflow-venv lint typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 clean:

@@ -1,17 +1,29 @@
 #!/usr/bin/env bash
 # Install the system packages the tests need when they are missing (Debian).
 # Go, Java and Node.js come with the machine; PostgreSQL server binaries,
-# openssl and git are installed from Debian's packages if absent.
+# openssl, git and the OpenSSH server (the git-over-SSH tests start their own sshd on
+# loopback) are installed from Debian's packages if absent.
 set -euo pipefail
 missing=()
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 command -v openssl >/dev/null || missing+=(openssl)
 command -v git >/dev/null || missing+=(git)
+[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "system-deps: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
+  # Packages must not start their services (openssh-server would listen on every interface):
+  # the tests start their own servers on loopback. Docker images ship this policy; add it for
+  # the install when the machine has none.
+  policy_added=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+    chmod 755 /usr/sbin/policy-rc.d
+    policy_added=1
+  fi
   apt-get update -qq
   apt-get install -y -qq "${missing[@]}" >/dev/null
+  [ -z "$policy_added" ] || rm -f /usr/sbin/policy-rc.d
 fi
 for tool in go java javac node; do
   command -v "$tool" >/dev/null || { echo "system-deps: $tool is required and not on PATH" >&2; exit 1; }

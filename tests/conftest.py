@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 # Each plugin module owns one real part: PostgreSQL with Airflow's schema, the
-# Kubernetes control plane with its process node, the language-runtime builds.
+# Kubernetes control plane with its process node, the language-runtime builds, and the
+# servers sources are synced from (git over HTTP and SSH, static files, S3).
 pytest_plugins = [
     "tests.fixtures.postgres_plugin",
     "tests.fixtures.kube",
     "tests.fixtures.runtimes_plugin",
+    "tests.fixtures.sources",
 ]

@@ -1,0 +1,306 @@
+"""CLI: ``fetch`` (a probe pod's init container) and ``sync`` (try a source without a cluster).
+
+Both keep their imports inside the handlers: ``fetch`` runs in every probe pod, so it pays for
+the standard library's ``urllib`` only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+_LANGUAGES = ["go", "java", "typescript"]
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    fetch = subparsers.add_parser(
+        "fetch",
+        help="download signed artifact URLs into a folder, verifying each sha256",
+        description="Download every item of a manifest (a JSON list of {path, url, sha256, "
+        "size}) into DIR/path, verify its size and sha256, and move it into place atomically. "
+        "Connection errors, 5xx answers and corrupt downloads are retried with back-off. Exit "
+        "status: 0 done, 1 a download failed, 2 bad arguments or manifest.",
+    )
+    fetch.add_argument("--dest", required=True, type=Path, metavar="DIR")
+    source = fetch.add_mutually_exclusive_group(required=True)
+    source.add_argument("--manifest", metavar="JSON", help="the manifest itself")
+    source.add_argument(
+        "--manifest-file", type=Path, metavar="F", help="a file holding the manifest"
+    )
+    fetch.add_argument(
+        "--timeout", type=float, default=300.0, metavar="S", help="for everything (default 300)"
+    )
+    fetch.add_argument(
+        "--max-bytes",
+        type=int,
+        default=4 << 30,
+        metavar="N",
+        help="refuse a manifest listing more bytes (default 4 GiB)",
+    )
+    fetch.add_argument(
+        "--attempts", type=int, default=5, metavar="N", help="tries per file (default 5)"
+    )
+    fetch.add_argument(
+        "--parallel", type=int, default=4, metavar="N", help="concurrent downloads (default 4)"
+    )
+    fetch.set_defaults(func=run_fetch)
+
+    sync = subparsers.add_parser(
+        "sync",
+        help="sync a bundle's source into a local revision store",
+        description="Read a TaskHandlerBundle YAML (or just its spec.source part), bring the "
+        "source into a revision under --store as the operator would, and print the revision, "
+        "its file count, bytes and the time it took. Exit status: 0 synced, 1 the sync failed, "
+        "2 bad arguments or input.",
+    )
+    sync.add_argument("file", type=Path, metavar="BUNDLE.yaml|SOURCE.yaml")
+    sync.add_argument("--store", required=True, type=Path, metavar="DIR")
+    sync.add_argument(
+        "--secret-file",
+        type=Path,
+        metavar="F",
+        help="the credentials: a Kubernetes Secret manifest (data/stringData) or a plain "
+        "key: value mapping",
+    )
+    sync.add_argument("--list", action="store_true", help="also list the candidate artifacts")
+    sync.add_argument(
+        "--language", choices=_LANGUAGES, help="for --list (default: the bundle's spec.language)"
+    )
+    sync.add_argument(
+        "--namespace", metavar="NS", help="store namespace (default: metadata.namespace)"
+    )
+    sync.add_argument("--bundle", metavar="NAME", help="store bundle name (default: metadata.name)")
+    sync.add_argument(
+        "--timeout", type=float, default=300.0, metavar="S", help="for the sync (default 300)"
+    )
+    sync.add_argument("--keep", type=int, default=3, metavar="N", help="revisions kept (default 3)")
+    sync.add_argument("--json", action="store_true", help="print JSON")
+    sync.set_defaults(func=run_sync)
+
+
+# -- fetch ---------------------------------------------------------------------------------
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def run_fetch(args: argparse.Namespace) -> int:
+    from taskhandler_operator.sources.fetch import (
+        FetchError,
+        ManifestError,
+        fetch_all,
+        parse_manifest,
+    )
+
+    try:
+        if args.manifest is not None:
+            text = args.manifest
+        elif str(args.manifest_file) == "-":
+            text = sys.stdin.read()
+        else:
+            text = args.manifest_file.read_text(encoding="utf-8")
+        items = parse_manifest(text)
+    except OSError as exc:
+        print(f"fetch: cannot read {args.manifest_file}: {exc.strerror}", file=sys.stderr)
+        return 2
+    except ManifestError as exc:
+        print(f"fetch: {_one_line(str(exc))}", file=sys.stderr)
+        return 2
+    if args.timeout <= 0 or args.max_bytes < 0 or args.attempts < 1 or args.parallel < 1:
+        print("fetch: --timeout, --attempts and --parallel must be positive", file=sys.stderr)
+        return 2
+    try:
+        result = fetch_all(
+            items,
+            args.dest,
+            timeout=args.timeout,
+            max_bytes=args.max_bytes,
+            attempts=args.attempts,
+            parallel=args.parallel,
+        )
+    except FetchError as exc:
+        print(f"fetch: {_one_line(str(exc))}", file=sys.stderr)
+        return 1
+    print(
+        f"fetched {result.files} file(s), {result.bytes} bytes into {args.dest} "
+        f"({result.downloaded} downloaded, {result.attempts} attempt(s), {result.seconds:.2f}s)"
+    )
+    return 0
+
+
+# -- sync ----------------------------------------------------------------------------------
+
+
+class InputError(Exception):
+    """A bad input file; the message is one line."""
+
+
+def _load_yaml(path: Path) -> Any:
+    import yaml
+
+    try:
+        documents = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path} is not YAML: {_one_line(str(exc))}") from None
+    if len(documents) != 1:
+        raise InputError(f"{path} must hold exactly one YAML document, found {len(documents)}")
+    return documents[0]
+
+
+def read_bundle(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(source mapping, facts) from a TaskHandlerBundle or a bare source document."""
+    document = _load_yaml(path)
+    if not isinstance(document, dict):
+        raise InputError(f"{path} must be a mapping")
+    facts: dict[str, Any] = {}
+    if "spec" in document or document.get("kind") == "TaskHandlerBundle":
+        spec = document.get("spec")
+        metadata = document.get("metadata") or {}
+        if not isinstance(spec, dict) or not isinstance(spec.get("source"), dict):
+            raise InputError(f"{path}: spec.source is missing")
+        if isinstance(metadata, dict):
+            facts["name"] = metadata.get("name")
+            facts["namespace"] = metadata.get("namespace")
+        facts["language"] = spec.get("language")
+        return spec["source"], facts
+    if "source" in document and isinstance(document["source"], dict):
+        return document["source"], facts
+    return document, facts
+
+
+def read_secret(path: Path) -> dict[str, bytes]:
+    """Secret data from a Kubernetes Secret manifest or a plain mapping."""
+    import base64
+    import binascii
+
+    document = _load_yaml(path)
+    if not isinstance(document, dict):
+        raise InputError(f"{path} must be a mapping")
+    if document.get("kind") == "Secret" or "data" in document or "stringData" in document:
+        found: dict[str, bytes] = {}
+        for key, value in (document.get("data") or {}).items():
+            try:
+                found[str(key)] = base64.b64decode(str(value), validate=True)
+            except (binascii.Error, ValueError):
+                raise InputError(f"{path}: data.{key} is not base64") from None
+        for key, value in (document.get("stringData") or {}).items():
+            found[str(key)] = str(value).encode()
+        return found
+    return {str(key): str(value).encode() for key, value in document.items()}
+
+
+def run_sync(args: argparse.Namespace) -> int:
+    import asyncio
+    import json
+    import time
+
+    from pydantic import ValidationError
+
+    from taskhandler_operator.sources.errors import SourceError
+    from taskhandler_operator.sources.paths import check_name
+    from taskhandler_operator.sources.spec import SourceSpec
+    from taskhandler_operator.sources.store import RevisionStore
+    from taskhandler_operator.sources.sync import sync
+
+    try:
+        raw_source, facts = read_bundle(args.file)
+        source = SourceSpec.model_validate(raw_source)
+        credentials = read_secret(args.secret_file) if args.secret_file else None
+    except InputError as exc:
+        print(f"sync: {exc}", file=sys.stderr)
+        return 2
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'source'}: {e['msg']}" for e in exc.errors()
+        )
+        print(f"sync: {args.file}: invalid source: {_one_line(problems)}", file=sys.stderr)
+        return 2
+    if source.secret_ref is not None and credentials is None:
+        print(
+            f"sync: the source names Secret {source.secret_ref.name!r}; pass its data with "
+            "--secret-file",
+            file=sys.stderr,
+        )
+        return 2
+    language = args.language or facts.get("language")
+    if args.list and language not in _LANGUAGES:
+        print("sync: --list needs --language (or a bundle with spec.language)", file=sys.stderr)
+        return 2
+    namespace = args.namespace or facts.get("namespace") or "default"
+    bundle = args.bundle or facts.get("name") or _name_from(args.file)
+    try:
+        check_name(str(namespace), "namespace")
+        check_name(str(bundle), "bundle")
+    except ValueError as exc:
+        print(f"sync: {exc}", file=sys.stderr)
+        return 2
+    store = RevisionStore(args.store, keep=max(1, args.keep))
+
+    async def go() -> Any:
+        await store.open()
+        return await sync(
+            source, credentials, store, namespace=namespace, bundle=bundle, timeout=args.timeout
+        )
+
+    started = time.perf_counter()
+    try:
+        revision = asyncio.run(go())
+    except SourceError as exc:
+        print(f"sync: {exc.reason}: {exc.message}", file=sys.stderr)
+        return 1
+    took = time.perf_counter() - started
+    candidates: list[dict[str, Any]] = []
+    if args.list:
+        candidates = _candidates(revision.path, str(language))
+    if args.json:
+        document = {**revision.model_dump(mode="json"), "seconds": round(took, 3)}
+        if args.list:
+            document["candidates"] = candidates
+        print(json.dumps(document, indent=2))
+        return 0
+    rows = [
+        ("revision", revision.id),
+        ("source", revision.source),
+        ("kind", revision.kind),
+        ("files", str(revision.file_count)),
+        ("bytes", str(revision.bytes)),
+        ("path", str(revision.path)),
+        ("took", f"{took:.2f}s"),
+    ]
+    for key, value in rows:
+        print(f"{key:<9} {value}")
+    if args.list:
+        print()
+        for c in candidates:
+            verdict = "candidate" if c["error"] is None else f"error: {c['error']}"
+            print(f"{c['rel_path']}  {c['size_bytes']}  {c['cache_digest'] or '-'}  {verdict}")
+        print(f"{len(candidates)} candidate(s) ({language})")
+    return 0
+
+
+def _name_from(path: Path) -> str:
+    import re
+
+    name = re.sub(r"[^a-z0-9-]+", "-", path.stem.lower()).strip("-")
+    return name or "bundle"
+
+
+def _candidates(root: Path, language: str) -> list[dict[str, Any]]:
+    from taskhandler_operator.artifacts.listing import list_candidates
+    from taskhandler_operator.artifacts.models import Language
+
+    result = list_candidates(root, Language(language))
+    return [
+        {
+            "rel_path": c.rel_path,
+            "size_bytes": c.size_bytes,
+            "cache_digest": c.cache_digest,
+            "error": c.error,
+        }
+        for c in result.candidates
+    ]

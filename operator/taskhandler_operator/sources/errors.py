@@ -1,0 +1,150 @@
+"""Typed failures of a sync: each carries a CamelCase ``reason`` for a Kubernetes condition.
+
+Messages say what failed, for which URL/bucket/folder, and what to check. They never contain a
+credential: URLs are shown without user info or query (``shown_url``), process output is passed
+through :func:`redact` with the Secret's values, and :func:`~taskhandler_operator.sources.sync.
+sync` redacts every message once more before it leaves the package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+__all__ = [
+    "ArchiveRefused",
+    "AuthenticationFailed",
+    "ChecksumMismatch",
+    "GitFetchFailed",
+    "HttpFetchFailed",
+    "InvalidSource",
+    "NotFound",
+    "S3FetchFailed",
+    "SourceError",
+    "SourceTimeout",
+    "StorageFailed",
+    "UnsupportedContent",
+    "VolumeReadFailed",
+    "redact",
+    "shown_url",
+]
+
+REDACTED = "***"
+# Values shorter than this are not redacted on their own: replacing "a" or "git" everywhere
+# would shred the message without protecting anything a reader could not guess.
+MIN_REDACTED_LENGTH = 4
+MAX_MESSAGE_LENGTH = 1000
+
+
+class SourceError(Exception):
+    """A sync failed. ``reason`` is the condition reason; ``permanent`` means retrying the same
+    spec, Secret and remote cannot succeed (the user must change something)."""
+
+    reason = "SourceFailed"
+    permanent = False
+
+    def __init__(self, message: str) -> None:
+        one_line = " ".join(message.split())
+        if len(one_line) > MAX_MESSAGE_LENGTH:
+            one_line = one_line[: MAX_MESSAGE_LENGTH - 3] + "..."
+        super().__init__(one_line)
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class InvalidSource(SourceError):
+    """The spec or the Secret's keys cannot work as given."""
+
+    reason = "InvalidSource"
+    permanent = True
+
+
+class AuthenticationFailed(SourceError):
+    reason = "AuthenticationFailed"
+
+
+class NotFound(SourceError):
+    """The repository, ref, path, URL, bucket or folder does not exist."""
+
+    reason = "NotFound"
+
+
+class GitFetchFailed(SourceError):
+    reason = "GitFetchFailed"
+
+
+class HttpFetchFailed(SourceError):
+    reason = "HttpFetchFailed"
+
+
+class S3FetchFailed(SourceError):
+    reason = "S3FetchFailed"
+
+
+class VolumeReadFailed(SourceError):
+    reason = "VolumeReadFailed"
+
+
+class ChecksumMismatch(SourceError):
+    reason = "ChecksumMismatch"
+    permanent = True
+
+
+class ArchiveRefused(SourceError):
+    """An archive or tree breaks a safety rule (escaping path, device, caps...)."""
+
+    reason = "ArchiveRefused"
+    permanent = True
+
+
+class UnsupportedContent(SourceError):
+    """Git LFS pointers or submodules in the bundle path."""
+
+    reason = "UnsupportedContent"
+    permanent = True
+
+
+class SourceTimeout(SourceError):
+    reason = "SourceTimeout"
+
+
+class StorageFailed(SourceError):
+    """The revision store could not be written (disk full, permissions)."""
+
+    reason = "StorageOperationFailed"
+
+
+def shown_url(url: str) -> str:
+    """A URL safe to print: no user info and no query or fragment (they may hold secrets)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "<unparsable URL>"
+    if not parts.scheme or not parts.netloc:
+        # scp-like git address user@host:path: keep it, minus anything before '@'
+        return url.rsplit("@", 1)[-1] if "://" not in url else "<unparsable URL>"
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    if port is not None:
+        host = f"{host}:{port}"
+    user = f"{parts.username}@" if parts.scheme == "ssh" and parts.username else ""
+    return f"{parts.scheme}://{user}{host}{parts.path}"
+
+
+def redact(text: str, secrets: Iterable[str | bytes]) -> str:
+    """``text`` with every secret value (and each of its lines) replaced by ``***``."""
+    values: set[str] = set()
+    for secret in secrets:
+        value = secret.decode("utf-8", "replace") if isinstance(secret, bytes) else secret
+        for candidate in (value, value.strip(), *value.splitlines()):
+            candidate = candidate.strip()
+            if len(candidate) >= MIN_REDACTED_LENGTH:
+                values.add(candidate)
+    # Longest first, so a value containing another is replaced whole.
+    for value in sorted(values, key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    return text

@@ -1,0 +1,308 @@
+"""S3 sources: the objects under a prefix of a bucket on any S3-compatible endpoint.
+
+The revision id is a sha256 over the sorted listing (relative key, size, ETag): listing is the
+only request an unchanged bucket costs. A new listing is refused before any download when a
+key cannot be a file name or the objects exceed the store's caps. Then only objects whose
+(size, ETag) differ from the previous revision are downloaded (``GetObject`` with ``If-Match``
+on the listed ETag, so an object replaced mid-sync is noticed); the rest are hard-linked from
+the previous revision, whose files are never written. A download is checked against the
+listed size and, for single-part uploads (an ETag that is an MD5), against its MD5.
+
+Requests are signed with SigV4 for ``region``; credentials come from the Secret
+(``accessKeyID``, ``secretAccessKey``, optional ``sessionToken``) or, without a secretRef, from
+botocore's default chain (environment, web identity, instance metadata). Objects carry no Unix
+mode, so every file is stored read-only and not executable (as S3 Dag bundles store them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from taskhandler_operator.sources.credentials import secret_text
+from taskhandler_operator.sources.errors import (
+    ArchiveRefused,
+    AuthenticationFailed,
+    InvalidSource,
+    NotFound,
+    S3FetchFailed,
+    SourceError,
+    shown_url,
+)
+from taskhandler_operator.sources.paths import UnsafePath, safe_rel_path
+from taskhandler_operator.sources.spec import S3Source
+
+if TYPE_CHECKING:
+    from taskhandler_operator.sources.models import Revision
+    from taskhandler_operator.sources.sync import Build, SyncContext
+    from taskhandler_operator.sources.tree import OpenEntry, TreeWriter
+
+__all__ = ["S3Object", "listing_digest", "sync_s3"]
+
+CONCURRENCY = 8
+CHUNK = 1 << 20
+_MD5_ETAG = re.compile(r"^[0-9a-f]{32}$")
+_AUTH_CODES = frozenset(
+    {
+        "AccessDenied",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "InvalidToken",
+        "ExpiredToken",
+        "InvalidSecurity",
+        "AuthorizationHeaderMalformed",
+        "XAdminUserNotFound",  # VersityGW: an unknown access key id
+        "403",
+        "401",
+    }
+)
+
+
+@dataclass(frozen=True)
+class S3Object:
+    rel: str
+    key: str
+    size: int
+    etag: str
+
+
+def listing_digest(objects: list[S3Object]) -> str:
+    digest = hashlib.sha256()
+    for obj in sorted(objects, key=lambda o: o.rel):
+        digest.update(f"{obj.rel}\0{obj.size}\0{obj.etag}\n".encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()
+
+
+def _where(spec: S3Source) -> str:
+    endpoint = shown_url(spec.endpoint) if spec.endpoint else f"AWS S3 ({spec.region})"
+    return f"s3://{spec.bucket}/{spec.key_prefix} at {endpoint}"
+
+
+def _client_error(spec: S3Source, operation: str, exc: Exception) -> SourceError:
+    """A typed error for a botocore failure, naming the bucket and what to check."""
+    from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
+
+    if isinstance(exc, NoCredentialsError | PartialCredentialsError):
+        return AuthenticationFailed(
+            f"{operation} {_where(spec)}: no credentials; set secretRef to a Secret with "
+            "accessKeyID and secretAccessKey, or give the operator a workload identity"
+        )
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        code = str(error.get("Code", "")) or str(
+            exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", "")
+        )
+        message = str(error.get("Message", "")) or code
+        if code in ("NoSuchBucket", "404") and operation == "list":
+            return NotFound(
+                f"bucket {spec.bucket} does not exist at "
+                f"{shown_url(spec.endpoint) if spec.endpoint else 'AWS S3'}; check bucket and "
+                "endpoint"
+            )
+        if code in _AUTH_CODES:
+            return AuthenticationFailed(
+                f"{operation} {_where(spec)}: {code} ({message}); check accessKeyID and "
+                "secretAccessKey in the bundle's Secret, and the region"
+            )
+        if code in ("PreconditionFailed", "412", "NoSuchKey"):
+            return S3FetchFailed(
+                f"{operation} {_where(spec)}: an object changed or vanished during the sync "
+                f"({code}); the next sync picks up the new listing"
+            )
+        return S3FetchFailed(f"{operation} {_where(spec)}: {code}: {message}")
+    return S3FetchFailed(f"{operation} {_where(spec)}: {type(exc).__name__}: {exc}")
+
+
+def _client_kwargs(spec: S3Source, credentials: Mapping[str, bytes] | None) -> dict[str, Any]:
+    from botocore.config import Config
+
+    kwargs: dict[str, Any] = {
+        "region_name": spec.region,
+        "config": Config(
+            signature_version="s3v4",
+            s3={"addressing_style": "path" if spec.path_style else "virtual"},
+            retries={"max_attempts": 3, "mode": "standard"},
+            connect_timeout=30,
+            read_timeout=60,
+            max_pool_connections=CONCURRENCY,
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_supported",
+        ),
+    }
+    if spec.endpoint:
+        kwargs["endpoint_url"] = spec.endpoint
+    if credentials is not None:
+        access = secret_text(credentials, "accessKeyID")
+        secret = secret_text(credentials, "secretAccessKey")
+        if access is None or secret is None:
+            raise InvalidSource(
+                "the s3 source's Secret must hold accessKeyID and secretAccessKey "
+                "(and optionally sessionToken)"
+            )
+        kwargs["aws_access_key_id"] = access
+        kwargs["aws_secret_access_key"] = secret
+        token = secret_text(credentials, "sessionToken")
+        if token is not None:
+            kwargs["aws_session_token"] = token
+    return kwargs
+
+
+async def _list(client: Any, spec: S3Source, max_files: int) -> list[S3Object]:
+    prefix = spec.key_prefix
+    found: list[S3Object] = []
+    paginator = client.get_paginator("list_objects_v2")
+    async for page in paginator.paginate(Bucket=spec.bucket, Prefix=prefix):
+        for item in page.get("Contents", []):
+            key = str(item["Key"])
+            if key.endswith("/"):
+                continue  # a folder marker, not a file
+            try:
+                rel = safe_rel_path(key[len(prefix) :])
+            except UnsafePath as exc:
+                raise ArchiveRefused(
+                    f"object key {key!r} in {_where(spec)} cannot be a file name: {exc}"
+                ) from None
+            found.append(S3Object(rel, key, int(item["Size"]), str(item.get("ETag", ""))))
+            if len(found) > max_files:
+                raise ArchiveRefused(
+                    f"{_where(spec)} holds more than {max_files} objects (the store's cap)"
+                )
+    return found
+
+
+async def sync_s3(
+    spec: S3Source, credentials: Mapping[str, bytes] | None, ctx: SyncContext
+) -> Revision:
+    from aiobotocore.session import get_session
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    kwargs = _client_kwargs(spec, credentials)
+    limits = ctx.store.limits
+    operation = "list"
+    try:
+        async with get_session().create_client("s3", **kwargs) as client:
+            objects = await _list(client, spec, limits.max_files)
+            if not objects:
+                raise NotFound(f"no objects under {_where(spec)}; check bucket and prefix")
+            total = sum(o.size for o in objects)
+            if total > limits.max_bytes:
+                raise ArchiveRefused(
+                    f"{_where(spec)} holds {total} bytes, more than the store's cap of "
+                    f"{limits.max_bytes}"
+                )
+            digest = listing_digest(objects)
+            existing = await ctx.existing(digest)
+            if existing is not None:
+                return existing
+            reuse = await _reusable(spec, ctx)
+            operation = "download from"
+
+            async def fill(build: Build) -> None:
+                downloads = []
+                for obj in sorted(objects, key=lambda o: o.rel):
+                    earlier = reuse.get(obj.rel)
+                    if earlier is not None and earlier[0] == (obj.size, obj.etag):
+                        await ctx.blocking(build.writer.add_link_from, obj.rel, earlier[1])
+                    else:
+                        downloads.append(_download(client, spec, obj, build.writer, ctx))
+                await _run_all(downloads, CONCURRENCY)
+                build.revision_id = digest
+                build.source = f"sha256:{digest}"
+                build.details = {
+                    "endpoint": shown_url(spec.endpoint) if spec.endpoint else None,
+                    "bucket": spec.bucket,
+                    "prefix": spec.prefix,
+                    "downloaded": len(downloads),
+                    "objects": {o.rel: [o.size, o.etag] for o in objects},
+                }
+
+            return await ctx.build("s3", fill)
+    except (ClientError, BotoCoreError) as exc:
+        raise _client_error(spec, operation, exc) from None
+
+
+async def _reusable(spec: S3Source, ctx: SyncContext) -> dict[str, tuple[tuple[int, str], Path]]:
+    """Files of the previous revision that came from the same bucket, by relative key."""
+    previous = await ctx.previous()
+    if previous is None or previous.revision.kind != "s3":
+        return {}
+    details = previous.details
+    same_bucket = details.get("bucket") == spec.bucket and details.get("endpoint") == (
+        shown_url(spec.endpoint) if spec.endpoint else None
+    )
+    if not same_bucket:
+        return {}
+    base = previous.revision.path
+    return {
+        rel: ((int(value[0]), str(value[1])), base / rel)
+        for rel, value in details.get("objects", {}).items()
+    }
+
+
+async def _run_all(jobs: Sequence[Awaitable[None]], limit: int) -> None:
+    """Await ``jobs`` at most ``limit`` at a time; the first failure cancels the rest."""
+    semaphore = asyncio.Semaphore(limit)
+
+    async def one(job: Awaitable[None]) -> None:
+        async with semaphore:
+            await job
+
+    tasks = [asyncio.ensure_future(one(job)) for job in jobs]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+async def _download(
+    client: Any, spec: S3Source, obj: S3Object, writer: TreeWriter, ctx: SyncContext
+) -> None:
+    extra = {"IfMatch": obj.etag} if obj.etag else {}
+    response = await client.get_object(Bucket=spec.bucket, Key=obj.key, **extra)
+    body = response["Body"]
+    md5 = hashlib.md5(usedforsecurity=False) if _MD5_ETAG.match(obj.etag.strip('"')) else None
+    entry: OpenEntry = await ctx.blocking(writer.begin_file, obj.rel, 0o644)
+    try:
+        pending: list[bytes] = []
+        size = 0
+        async with body:
+            async for chunk in body.iter_chunks(CHUNK // 4):
+                size += len(chunk)
+                if size > obj.size:
+                    raise S3FetchFailed(
+                        f"object {obj.key!r} in {_where(spec)} is larger than listed; it "
+                        "changed during the sync"
+                    )
+                pending.append(chunk)
+                if sum(len(p) for p in pending) >= CHUNK:
+                    await ctx.blocking(_write, writer, entry, b"".join(pending), md5)
+                    pending = []
+        if pending:
+            await ctx.blocking(_write, writer, entry, b"".join(pending), md5)
+    except BaseException:
+        writer.abort_file(entry)
+        raise
+    await ctx.blocking(writer.end_file, entry)
+    if size != obj.size:
+        raise S3FetchFailed(
+            f"object {obj.key!r} in {_where(spec)}: got {size} bytes, listed {obj.size}"
+        )
+    if md5 is not None and md5.hexdigest() != obj.etag.strip('"'):
+        raise S3FetchFailed(
+            f"object {obj.key!r} in {_where(spec)}: content MD5 {md5.hexdigest()} does not "
+            f"match its ETag {obj.etag}"
+        )
+
+
+def _write(writer: TreeWriter, entry: OpenEntry, data: bytes, md5: Any) -> None:
+    if md5 is not None:
+        md5.update(data)
+    writer.write(entry, data)

@@ -1,0 +1,198 @@
+"""The revision store: atomic publication, retention, holds, crash leftovers, locking."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from taskhandler_operator.sources.errors import SourceTimeout
+from taskhandler_operator.sources.store import RevisionStore
+from tests.integration.sources.conftest import NAMESPACE, fingerprint, sync_source
+
+pytestmark = pytest.mark.integration
+
+
+def volume(path: Path) -> dict[str, object]:
+    return {"volume": {"path": str(path)}}
+
+
+async def test_layout_and_records(store: RevisionStore, tmp_path: Path) -> None:
+    folder = tmp_path / "vol"
+    folder.mkdir()
+    (folder / "a.txt").write_text("one")
+    revision = await sync_source(store, volume(folder))
+    assert revision.path == store.root / NAMESPACE / "bundle" / revision.id
+    assert (revision.path / "a.txt").read_text() == "one"
+    assert (store.root / NAMESPACE / "bundle" / ".meta" / f"{revision.id}.json").is_file()
+    assert (revision.kind, revision.file_count, revision.bytes) == ("volume", 1, 3)
+    assert await store.current(NAMESPACE, "bundle") == revision
+    hidden = sorted(p.name for p in (store.root / NAMESPACE / "bundle").iterdir())
+    assert hidden == sorted([".lock", ".meta", revision.id])  # no staging left behind
+
+
+async def test_keeps_the_newest_n_unless_held(tmp_path: Path) -> None:
+    store = RevisionStore(tmp_path / "store", keep=2)
+    folder = tmp_path / "vol"
+    folder.mkdir()
+    ids = []
+    for n in range(3):
+        (folder / "a.txt").write_text(f"version {n}")
+        ids.append((await sync_source(store, volume(folder))).id)
+    assert [r.id for r in await store.revisions(NAMESPACE, "bundle")] == [ids[2], ids[1]]
+    assert not (store.root / NAMESPACE / "bundle" / ids[0]).exists()
+
+    with store.hold(NAMESPACE, "bundle", ids[1]):
+        for n in (3, 4):
+            (folder / "a.txt").write_text(f"version {n}")
+            ids.append((await sync_source(store, volume(folder))).id)
+        kept = [r.id for r in await store.revisions(NAMESPACE, "bundle")]
+        assert kept == [ids[4], ids[3], ids[1]]  # the held one survives beyond keep
+    async with store.lock(NAMESPACE, "bundle"):
+        assert await store.prune(NAMESPACE, "bundle") == [ids[1]]
+
+
+async def test_returning_to_an_older_revision_makes_it_current(
+    store: RevisionStore, tmp_path: Path
+) -> None:
+    folder = tmp_path / "vol"
+    folder.mkdir()
+    (folder / "a.txt").write_text("A")
+    first = await sync_source(store, volume(folder))
+    (folder / "a.txt").write_text("B")
+    await sync_source(store, volume(folder))
+    (folder / "a.txt").write_text("A")
+    os.utime(folder / "a.txt", ns=(0, (first.path / "a.txt").stat().st_mtime_ns))
+    again = await sync_source(store, volume(folder))
+    assert again.id == first.id
+    assert (await store.current(NAMESPACE, "bundle")) == again
+
+
+async def test_crash_leftovers_are_removed_at_open(store: RevisionStore, tmp_path: Path) -> None:
+    folder = tmp_path / "vol"
+    folder.mkdir()
+    (folder / "a.txt").write_text("kept")
+    kept = await sync_source(store, volume(folder))
+    base = store.root / NAMESPACE / "bundle"
+    (base / ".tmp-deadbeef" / "tree").mkdir(parents=True)
+    (base / ".tmp-deadbeef" / "tree" / "half.bin").write_bytes(b"x" * 10)
+    (base / ".trash-cafe").mkdir()
+    (base / ("f" * 40)).mkdir()  # a folder without a record
+    (base / ".meta" / ("0" * 40 + ".json")).write_text("{}")  # a record without a folder
+    (base / ".meta" / ".half-written").write_text("{")
+
+    reopened = RevisionStore(store.root)
+    await reopened.open()
+    assert sorted(p.name for p in base.iterdir()) == sorted([".lock", ".meta", kept.id])
+    assert sorted(p.name for p in (base / ".meta").iterdir()) == [f"{kept.id}.json"]
+    assert await reopened.revisions(NAMESPACE, "bundle") == [kept]
+
+
+async def test_open_leaves_a_bundle_locked_by_another_process_alone(
+    store: RevisionStore, tmp_path: Path
+) -> None:
+    base = store.root / NAMESPACE / "busy"
+    (base / ".tmp-inflight").mkdir(parents=True)
+    fd = os.open(base / ".lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        await RevisionStore(store.root).open()
+        assert (base / ".tmp-inflight").exists()  # another sync's staging: not ours to remove
+    finally:
+        os.close(fd)
+
+
+async def test_the_bundle_lock_holds_across_processes(store: RevisionStore, tmp_path: Path) -> None:
+    """A sync waits while another process holds the bundle's file lock."""
+    folder = tmp_path / "vol"
+    folder.mkdir()
+    (folder / "a.txt").write_text("x")
+    base = store.root / NAMESPACE / "bundle"
+    base.mkdir(parents=True)
+    holder = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        textwrap.dedent(
+            f"""
+            import fcntl, os, sys
+            fd = os.open({str(base / ".lock")!r}, os.O_RDWR | os.O_CREAT)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            print("locked", flush=True)
+            sys.stdin.read()
+            """
+        ),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout is not None
+        assert (await holder.stdout.readline()).strip() == b"locked"
+        with pytest.raises(SourceTimeout):
+            await sync_source(store, volume(folder), within=1.0)
+        assert await store.revisions(NAMESPACE, "bundle") == []
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        await asyncio.wait_for(holder.wait(), 10)
+    revision = await sync_source(store, volume(folder))  # free again
+    assert (revision.path / "a.txt").read_text() == "x"
+
+
+async def test_syncs_of_one_bundle_in_one_process_do_not_interleave(
+    store: RevisionStore, tmp_path: Path
+) -> None:
+    folder = tmp_path / "vol"
+    folder.mkdir()
+    for n in range(200):
+        (folder / f"f{n:03d}").write_bytes(os.urandom(512))
+    first, second = await asyncio.gather(
+        sync_source(store, volume(folder)), sync_source(store, volume(folder))
+    )
+    assert first == second
+    assert len(await store.revisions(NAMESPACE, "bundle")) == 1
+
+
+async def test_an_unchanged_source_writes_nothing(store: RevisionStore, tmp_path: Path) -> None:
+    folder = tmp_path / "vol"
+    folder.mkdir()
+    (folder / "a.txt").write_text("same")
+    first = await sync_source(store, volume(folder))
+    before = fingerprint(store.root)
+    again = await sync_source(store, volume(folder))
+    assert again == first
+    assert fingerprint(store.root) == before
+
+
+async def test_delete_bundle_removes_everything(store: RevisionStore, tmp_path: Path) -> None:
+    folder = tmp_path / "vol"
+    folder.mkdir()
+    (folder / "a.txt").write_text("x")
+    await sync_source(store, volume(folder))
+    await store.delete_bundle(NAMESPACE, "bundle")
+    assert not (store.root / NAMESPACE / "bundle").exists()
+    assert [p.name for p in (store.root / NAMESPACE).iterdir()] == []
+
+
+@pytest.mark.parametrize(("namespace", "bundle"), [("Bad_NS", "b"), ("ns", "../escape")])
+async def test_invalid_names_are_refused(
+    store: RevisionStore, tmp_path: Path, namespace: str, bundle: str
+) -> None:
+    from taskhandler_operator.sources.errors import InvalidSource
+    from taskhandler_operator.sources.spec import SourceSpec
+    from taskhandler_operator.sources.sync import sync
+
+    with pytest.raises(InvalidSource, match="not a valid Kubernetes object name"):
+        await sync(
+            SourceSpec.model_validate(volume(tmp_path)),
+            None,
+            store,
+            namespace=namespace,
+            bundle=bundle,
+            timeout=5,
+        )
+    assert not store.root.exists() or not any(store.root.iterdir())
