@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "taskhandler_operator.protocol.commands",
     "taskhandler_operator.db.commands",
     "taskhandler_operator.kube.commands",
+    "taskhandler_operator.controller.commands",
 )
 
 
