@@ -14,7 +14,6 @@ back-off; a conflict or an invalid spec is ``Stalled`` and waits for a change.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import time
@@ -196,7 +195,7 @@ async def _reconcile(
     ports = PassPorts(
         syncer=syncer,
         prober=prober,
-        store=BundleStore(runtime.poller, key),  # type: ignore[arg-type]
+        store=BundleStore(runtime.poller, key),
         probe_parallelism=spec.probe.parallelism,
         listing_cache=memory.listing_cache,
     )
@@ -322,12 +321,15 @@ async def run_bundle(
             except (DatabaseError, KubeApiError, OSError) as exc:
                 # Not a pass error (the status write, an Event): retry later, never crash.
                 delay = memory.retry.next_delay()
-                log.warning("reconcile of %s/%s failed: %s; retry in %.0fs", namespace, name, exc, delay)
-                report = None
+                log.warning(
+                    "reconcile of %s/%s failed: %s; retry in %.0fs", namespace, name, exc, delay
+                )
                 sleep = delay
             else:
-                sleep = report.retry_in if report.retry_in is not None else jittered(
-                    report.interval, rand
+                sleep = (
+                    report.retry_in
+                    if report.retry_in is not None
+                    else jittered(report.interval, rand)
                 )
             runtime.reconciler_heartbeat.beat()
             if stopped():
@@ -377,4 +379,3 @@ async def delete_bundle(inputs: BundleInputs, runtime: OperatorRuntime) -> str:
     # A claim was released: a bundle stalled on it may take over now.
     runtime.wakeups.wake_all(f"{inputs.namespace}/{inputs.name} was deleted")
     return what
-

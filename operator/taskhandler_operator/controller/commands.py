@@ -130,7 +130,9 @@ async def _cluster_id(given: str | None, api_client: Any) -> str:
         return given
     api = KubeApi(api_client, max_workers=1)
     try:
-        ns = await api.request_json("read Namespace kube-system", "GET", "/api/v1/namespaces/kube-system")
+        ns = await api.request_json(
+            "read Namespace kube-system", "GET", "/api/v1/namespaces/kube-system"
+        )
     except KubeApiError as exc:
         raise _StartupError(
             f"cannot tell this cluster's id ({exc}); set THOP_CLUSTER_ID (--cluster-id)"
@@ -140,7 +142,9 @@ async def _cluster_id(given: str | None, api_client: Any) -> str:
     return str(ns["metadata"]["uid"])
 
 
-async def _main(settings: Any, args: argparse.Namespace, lease_namespace: str, redactor: Any) -> int:
+async def _main(
+    settings: Any, args: argparse.Namespace, lease_namespace: str, redactor: Any
+) -> int:
     import kopf
 
     from taskhandler_operator.controller.health import HealthState, Heartbeat

@@ -235,7 +235,8 @@ class JobProber:
         return pods[-1]
 
     async def _log(self, pod: Mapping[str, object], tail_lines: int | None = None) -> str:
-        name = str((pod.get("metadata") or {}).get("name"))  # type: ignore[union-attr]
+        meta = pod.get("metadata")
+        name = str(meta.get("name")) if isinstance(meta, dict) else ""
         try:
             text = await self.kube.read_container_log(
                 self.bundle.namespace,

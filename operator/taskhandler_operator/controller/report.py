@@ -196,7 +196,9 @@ def _artifacts(outcome: PassOutcome, codes: Mapping[str, str]) -> list[ArtifactS
             )
         )
     for rel in sorted(probed):
-        items.append(ArtifactStatus(path=rel, state=ArtifactState.PROBED, handlers=handlers.get(rel)))
+        items.append(
+            ArtifactStatus(path=rel, state=ArtifactState.PROBED, handlers=handlers.get(rel))
+        )
     for candidate in outcome.planned.plan.rejected:
         items.append(
             ArtifactStatus(
@@ -224,7 +226,9 @@ def _problems(outcome: PassOutcome) -> list[Problem]:
         if issue.kind == "listing":
             out.append(
                 Problem(
-                    severity="warning", kind="unreadable", artifact=issue.rel_path,
+                    severity="warning",
+                    kind="unreadable",
+                    artifact=issue.rel_path,
                     message=issue.reason,
                 )
             )

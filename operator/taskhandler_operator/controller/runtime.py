@@ -155,7 +155,11 @@ class OperatorRuntime:
     @property
     def runtime_images(self) -> dict[Language, str]:
         images = self.settings.runtime_images
-        out = {Language.GO: images.go, Language.JAVA: images.java, Language.TYPESCRIPT: images.typescript}
+        out = {
+            Language.GO: images.go,
+            Language.JAVA: images.java,
+            Language.TYPESCRIPT: images.typescript,
+        }
         return {lang: image for lang, image in out.items() if image}
 
     @classmethod
@@ -203,7 +207,9 @@ class OperatorRuntime:
         )
         kube = KubeApi(api_client, max_workers=8, redactor=redactor)
         poller = InventoryPoller(store, wakeups)
-        heartbeat = health.add(Heartbeat("inventory", max(120.0, options.inventory_poll_seconds * 8)))
+        heartbeat = health.add(
+            Heartbeat("inventory", max(120.0, options.inventory_poll_seconds * 8))
+        )
         reconciler = health.add(Heartbeat("reconcilers", 600.0, armed=False))
         runtime = cls(
             settings=settings,

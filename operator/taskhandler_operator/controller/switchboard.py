@@ -12,13 +12,14 @@
 * ``probe``: the heartbeats behind the liveness endpoint.
 
 Handlers return None, so kopf writes nothing into status; its own bookkeeping goes to
-annotations under ``langsdk.dev``.
+annotations under ``kopf.langsdk.dev``.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 
 JOB_SELECTOR = f"{names.LABEL_MANAGED_BY}={names.MANAGER}"
 FINALIZER = f"{names.GROUP}/finalizer"
+REQUESTED_AT = names.ANNOTATION_RECONCILE_REQUESTED_AT
+KOPF_PREFIX = f"kopf.{names.GROUP}"
 
 
 @dataclass(frozen=True)
@@ -48,11 +51,13 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.peering.standalone = True  # leader election is ours (the Lease), not peering
     settings.scanning.disabled = True  # the RBAC grants no CRD/namespace listing
     settings.persistence.finalizer = FINALIZER
+    # kopf's own bookkeeping under a sub-prefix: kopf leaves annotations under its storage
+    # prefix out of every diff, which would hide langsdk.dev/reconcile-requested-at.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-        prefix=names.GROUP, v1=False
+        prefix=KOPF_PREFIX, v1=False
     )
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=names.GROUP, key="last-handled-configuration", v1=False
+        prefix=KOPF_PREFIX, key="last-handled-configuration", v1=False
     )
     settings.posting.reporting_component = names.MANAGER
     settings.posting.level = logging.WARNING  # our Events are posted by the reconciler
@@ -90,10 +95,12 @@ def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
     @kopf.on.create(*bundles, registry=registry, id="wake-create")
     @kopf.on.update(*bundles, registry=registry, id="wake-update")
     @kopf.on.resume(*bundles, registry=registry, id="wake-resume")
-    async def wake(namespace: str, name: str, reason: Any, **_: Any) -> None:
-        runtime.wakeups.wake(namespace, name, f"bundle {reason}")
+    async def wake(namespace: str | None, name: str, reason: str, **_: Any) -> None:
+        runtime.wakeups.wake(namespace or "", name, f"bundle {reason}")
 
-    @kopf.on.event("batch", "v1", "jobs", registry=registry, labels={names.LABEL_MANAGED_BY: names.MANAGER})
+    @kopf.on.event(
+        "batch", "v1", "jobs", registry=registry, labels={names.LABEL_MANAGED_BY: names.MANAGER}
+    )
     async def job_event(event: kopf.RawEvent, **_: Any) -> None:
         job = event.get("object") or {}
         meta = job.get("metadata") or {}
@@ -109,7 +116,9 @@ def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
     @kopf.on.delete(*bundles, registry=registry, id="deletion-policy")
     async def delete(body: kopf.Body, **_: Any) -> None:
         what = await delete_bundle(BundleInputs.from_body(copy.deepcopy(dict(body))), runtime)
-        log.info("TaskHandlerBundle %s/%s deleted: %s", body.metadata.namespace, body.metadata.name, what)
+        log.info(
+            "TaskHandlerBundle %s/%s deleted: %s", body.metadata.namespace, body.metadata.name, what
+        )
 
     @kopf.on.probe(registry=registry, id="heartbeats")
     async def heartbeats(**_: Any) -> dict[str, Any]:
@@ -121,7 +130,7 @@ def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
     return registry
 
 
-def _finished(job: dict[str, Any]) -> bool:
+def _finished(job: Mapping[str, Any]) -> bool:
     for cond in (job.get("status") or {}).get("conditions") or ():
         if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
             return True
