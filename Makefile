@@ -12,7 +12,7 @@ export THOP_CACHE
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: demo test lint typecheck unit venv system-deps k8s-bins versitygw airflow-venv clean
+.PHONY: demo test lint typecheck unit venv system-deps k8s-bins versitygw airflow-venv node-venv clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ versitygw:
 airflow-venv:
 	@bash hack/airflow-venv.sh
 
+# The venv probe pods run from on the process node (non-root, outside /root).
+node-venv: system-deps
+	@bash hack/node-venv.sh >/dev/null
+
 demo: venv system-deps airflow-venv
 	$(BIN)/python hack/demo.py
 
@@ -49,7 +53,7 @@ typecheck: venv
 unit: venv
 	$(BIN)/pytest tests/unit
 
-test: venv system-deps k8s-bins versitygw airflow-venv lint typecheck
+test: venv system-deps k8s-bins versitygw airflow-venv node-venv lint typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 clean:

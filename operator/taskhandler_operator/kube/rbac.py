@@ -101,7 +101,13 @@ WATCH_RULES: tuple[Rule, ...] = (
     ),
     Rule(("",), ("pods",), ("get", "list", "watch"), "read probe pods' termination messages"),
     Rule(("",), ("pods/log",), ("get",), "read the probe's result from its log"),
-    Rule(("",), ("events",), ("create", "patch"), "report transitions as Events"),
+    Rule(("",), ("events",), ("create", "patch"), "report transitions as Events (kopf)"),
+    Rule(
+        ("events.k8s.io",),
+        ("events",),
+        ("create", "patch"),
+        "report transitions as Events (events.k8s.io/v1, the reconciler's)",
+    ),
     Rule(("",), ("secrets",), ("get",), "read the Secret a bundle's source names, by name only"),
 )
 
