@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
-
 from collections.abc import Callable
+from pathlib import Path
 
 from taskhandler_operator.kube.names import CRD_FILE
 from taskhandler_operator.kube.rbac import RULES_FILE

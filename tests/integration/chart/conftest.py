@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from tests.fixtures.kubecluster.control_plane import KubeCluster
+from tests.integration.kube.conftest import thb_crd  # noqa: F401 - can-i resolves the CRD
 from tests.unit.chart.values_doc import CHART
 
 # Values every render needs: helm template cannot look up kube-system's uid.
