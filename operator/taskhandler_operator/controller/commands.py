@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = load_settings(args)
         settings.resolved_database_url()
+        settings.resolved_signing_key()
     except SettingsError as exc:
         print(f"taskhandler-operator run: {exc}", file=sys.stderr)
         return EXIT_USAGE
