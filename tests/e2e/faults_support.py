@@ -113,7 +113,6 @@ def replica(
         "run",
         f"--kubeconfig={kubeconfig}",
         f"--lease-namespace={namespace}",
-        f"--lease-name=thop-{namespace}",
         "--health-host=127.0.0.1",
     ]
     return Replica(argv, env, workdir / f"operator-{name}")
