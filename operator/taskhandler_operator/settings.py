@@ -32,6 +32,8 @@ ENV_PREFIX = "THOP_"
 Port = Annotated[int, Field(ge=1, le=65535)]
 LogFormat = Literal["json", "text"]
 LogLevel = Literal["debug", "info", "warning", "error"]
+#: As sources.signing.MIN_KEY_BYTES (settings import nothing of the product's packages).
+MIN_SIGNING_KEY_BYTES = 32
 
 
 class SettingsError(ValueError):
@@ -101,6 +103,12 @@ class Settings(BaseSettings):
         description="base URL probe pods download artifacts from; default: the operator "
         "Service's address",
     )
+    signing_key_file: Path | None = Field(
+        default=None,
+        description="a file holding the artifact server's URL signing key (a mounted Secret, "
+        "at least 32 bytes); default: a key made at start, so a restarted operator's "
+        "earlier download URLs stop working",
+    )
     runtime_images: RuntimeImages = Field(
         default_factory=RuntimeImages, description="probe image per language"
     )
@@ -135,6 +143,26 @@ class Settings(BaseSettings):
         if not url:
             raise SettingsError(f"the database URL file {path} is empty")
         return url
+
+    def resolved_signing_key(self) -> bytes | None:
+        """The artifact server's signing key from ``signing_key_file`` (its bytes, surrounding
+        whitespace removed so ``openssl rand -hex 32 > key`` works); None when unset. Raises
+        :class:`SettingsError` when the file is unusable or the key too short; the message never
+        holds the key."""
+        path = self.signing_key_file
+        if path is None:
+            return None
+        try:
+            key = path.read_bytes().strip()
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise SettingsError(f"cannot read the signing key file {path}: {reason}") from None
+        if len(key) < MIN_SIGNING_KEY_BYTES:
+            raise SettingsError(
+                f"the signing key file {path} holds {len(key)} bytes; it needs at least "
+                f"{MIN_SIGNING_KEY_BYTES} (e.g. openssl rand -hex 32)"
+            )
+        return key
 
 
 def flag_of(name: str) -> str:

@@ -140,6 +140,47 @@ def test_the_database_url_from_a_file_and_never_shown(
     )
 
 
+def test_the_signing_key_from_a_file_and_never_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert load_settings().resolved_signing_key() is None  # a key is made at start
+    key = "9f" * 32
+    key_file = tmp_path / "signingKey"
+    key_file.write_text(key + "\n")
+    monkeypatch.setenv("THOP_SIGNING_KEY_FILE", str(key_file))
+    assert load_settings().resolved_signing_key() == key.encode()
+    assert load_settings(parse("--signing-key-file", str(key_file))).resolved_signing_key() == (
+        key.encode()
+    )
+
+    key_file.write_text("short\n")
+    with pytest.raises(SettingsError) as short:
+        load_settings().resolved_signing_key()
+    assert str(short.value) == (
+        f"the signing key file {key_file} holds 5 bytes; it needs at least 32 "
+        "(e.g. openssl rand -hex 32)"
+    )
+    assert "short" not in str(short.value).replace(str(key_file), "")
+    monkeypatch.setenv("THOP_SIGNING_KEY_FILE", str(tmp_path / "absent"))
+    with pytest.raises(SettingsError) as missing:
+        load_settings().resolved_signing_key()
+    assert str(missing.value) == (
+        f"cannot read the signing key file {tmp_path / 'absent'}: No such file or directory"
+    )
+
+
+def test_run_refuses_an_unusable_signing_key_file_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    absent = tmp_path / "absent"
+    argv = ["run", "--database-url", "postgresql://u@h/d", "--signing-key-file", str(absent)]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"taskhandler-operator run: cannot read the signing key file {absent}: "
+        "No such file or directory\n"
+    )
+
+
 @pytest.mark.parametrize(
     "command", [["upgrade"], ["check"], ["handover"], ["dag-bundle", "orders"]]
 )

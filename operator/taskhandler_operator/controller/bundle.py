@@ -57,7 +57,9 @@ __all__ = [
     "PassReport",
     "delete_bundle",
     "reconcile_bundle",
+    "retry_after",
     "run_bundle",
+    "sleep_after",
 ]
 
 log = logging.getLogger(__name__)
@@ -232,9 +234,8 @@ async def _reconcile(
 
     metrics = runtime.metrics
     seconds = time.monotonic() - started
-    retry_in: float | None = None
+    retry_in = retry_after(error, memory.retry)
     if error is None:
-        memory.retry.reset()
         assert outcome is not None
         metrics.observe_reconcile(inputs.namespace, inputs.name, "success", seconds)
         metrics.set_bindings(inputs.namespace, inputs.name, outcome.summary.counts.bindings)
@@ -255,12 +256,34 @@ async def _reconcile(
             metrics.count_source_error(
                 inputs.namespace, inputs.name, source_kind(spec.source), error.kind
             )
-        if error.retryable:
-            retry_in = memory.retry.next_delay()
+        if retry_in is not None:
             log.warning("pass failed (%s), retrying in %.0fs: %s", error.reason, retry_in, error)
         else:
             log.warning("pass stopped (%s): %s", error.reason, error)
     return PassReport(new, written, retry_in, interval, tuple(prober.jobs_created))
+
+
+def retry_after(error: PassError | None, retry: RetryState) -> float | None:
+    """Seconds until a retry after a pass that ended with ``error``; None: wait for the interval.
+
+    A success resets the back-off; a retryable failure (source, database, prober) takes the
+    next capped, jittered delay; a non-retryable one (a conflict) waits for a change or the
+    interval, without growing the back-off.
+    """
+    if error is None:
+        retry.reset()
+        return None
+    if error.retryable:
+        return retry.next_delay()
+    return None
+
+
+def sleep_after(report: PassReport, rand: random.Random) -> float:
+    """How long the loop sleeps after ``report``: the back-off when a retry is due, else the
+    interval with jitter (wake-ups end the sleep earlier either way)."""
+    if report.retry_in is not None:
+        return report.retry_in
+    return jittered(report.interval, rand)
 
 
 async def _publish(
@@ -326,11 +349,7 @@ async def run_bundle(
                 )
                 sleep = delay
             else:
-                sleep = (
-                    report.retry_in
-                    if report.retry_in is not None
-                    else jittered(report.interval, rand)
-                )
+                sleep = sleep_after(report, rand)
             runtime.reconciler_heartbeat.beat()
             if stopped():
                 return

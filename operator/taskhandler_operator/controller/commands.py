@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = load_settings(args)
         settings.resolved_database_url()
+        settings.resolved_signing_key()
     except SettingsError as exc:
         print(f"taskhandler-operator run: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -213,6 +214,14 @@ async def _main(
                 standalone=True,
                 stop_flag=stop,
             )
+            # kopf installs its own SIGTERM/SIGINT handlers in the main thread (replacing
+            # request_stop), so a signal ends kopf without setting ``stop``. A lost Lease
+            # cancels this task instead of letting kopf return, so a normal return is always a
+            # requested stop: without this the release after SIGTERM was reported as a lost
+            # Lease and the process exited 1.
+            if not stop.is_set():
+                log.info("kopf stopped on a signal: stopping")
+                stop.set()
 
         async def stopped() -> None:
             nonlocal lost

@@ -199,7 +199,9 @@ class OperatorRuntime:
         public = str(settings.artifact_server_url) if settings.artifact_server_url else None
         artifacts = ArtifactServer(
             revisions,
-            generate_key(),
+            # A key from a file (a Secret) survives a restart, so the URLs in the Jobs a new
+            # leader adopts stay valid; a generated one does not (adopted Jobs get 403).
+            settings.resolved_signing_key() or generate_key(),
             host=host or "0.0.0.0",  # noqa: S104 - probe pods reach it over the pod network
             port=int(port),
             public_url=public,

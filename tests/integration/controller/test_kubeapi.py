@@ -1,4 +1,5 @@
-"""Every call of the async API wrapper against the real kube-apiserver (docs/operator-runtime.md).
+"""Every call of the async API wrapper against the real kube-apiserver (docs/operator.md,
+"Kubernetes API calls").
 
 The bundle status patch runs on a throwaway CRD made here, with a status subresource and a
 structural schema, under a unique group so it cannot collide with the product's own CRD.

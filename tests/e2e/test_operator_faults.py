@@ -1,0 +1,413 @@
+"""The operator under faults, on the real parts (control plane + process node, PostgreSQL with
+Airflow's schema, git over HTTP): SIGKILL while probe Jobs run, two replicas on one Lease, a
+failing source, a database outage, and what its least-privilege identity may not do.
+
+Every wait is bounded and polls for a state (never sleeps for a guessed time); the fixtures are
+the ones of tests/e2e/test_operator.py, the helpers are in faults_support.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from taskhandler_operator.devenv.postgres import PostgresServer
+from taskhandler_operator.kube import names
+from tests.e2e.faults_support import (
+    Replica,
+    condition,
+    events,
+    jobs_by_name,
+    reconcile_now,
+    replica,
+    rows,
+    thb,
+    wait_for,
+)
+from tests.e2e.test_operator import (
+    ARTIFACTS,
+    OPERATOR_USER,
+    TASKS,
+    apply,
+    bundle,
+)
+from tests.e2e.test_operator import database as database
+from tests.e2e.test_operator import namespace as namespace
+from tests.e2e.test_operator import repo as repo
+from tests.e2e.test_operator import thb_crd as thb_crd
+from tests.fixtures.kubecluster.control_plane import KubeCluster
+from tests.fixtures.sources import HTTP_USER, PLANTED_PASSWORD, GitRepo, HttpServer
+
+pytestmark = [
+    pytest.mark.kube,
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.usefixtures("thb_crd"),
+]
+
+READY_SECONDS = 300.0
+
+
+@pytest.fixture
+def replicas(tmp_path: Path) -> Any:
+    started: list[Replica] = []
+    yield started
+    for r in started:
+        r.stop()
+
+
+def make(
+    started: list[Replica],
+    cluster: KubeCluster,
+    ns: str,
+    db: str,
+    workdir: Path,
+    name: str,
+) -> Replica:
+    r = replica(cluster, OPERATOR_USER, ns, db, workdir, name)
+    started.append(r)
+    return r
+
+
+def ready(cluster: KubeCluster, ns: str, name: str, *logs: Replica) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        obj = thb(cluster, ns, name)
+        return obj if condition(obj, "Ready").get("status") == "True" else None
+
+    def more() -> str:
+        status = json.dumps(thb(cluster, ns, name).get("status"), indent=1)[-3000:]
+        return f"status: {status}\n" + "\n".join(r.tail() for r in logs)
+
+    return wait_for(f"{ns}/{name} Ready", check, READY_SECONDS, more=more)
+
+
+def expected_rows(repo: GitRepo, languages: list[str]) -> list[tuple[Any, ...]]:
+    out = []
+    for language in languages:
+        folder, rel = ARTIFACTS[language].split("/", 1)
+        size = (repo.work / folder / rel).stat().st_size
+        out.append(("orders_etl", TASKS[language], f"orders-{language}", rel, size))
+    return sorted(out)
+
+
+def readyz(r: Replica) -> int:
+    port = r.env["THOP_HEALTH_PORT"]
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return 0
+
+
+def lease(cluster: KubeCluster, ns: str) -> dict[str, Any]:
+    out = cluster.kubectl("get", "lease", "taskhandler-operator", "-n", ns, "-o", "json")
+    return dict(json.loads(out.stdout)["spec"])
+
+
+# --- 1. SIGKILL while probe Jobs run ------------------------------------------------------------
+
+
+def test_sigkill_while_probing_adopts_the_jobs_and_ends_with_the_same_rows(
+    kube_cluster: KubeCluster,
+    namespace: str,
+    repo: GitRepo,
+    source_http: HttpServer,
+    database: str,
+    tmp_path: Path,
+    replicas: list[Replica],
+) -> None:
+    first = make(replicas, kube_cluster, namespace, database, tmp_path, "a").start()
+    url = repo.http_url(source_http)
+    languages = list(ARTIFACTS)
+    for language in languages:
+        apply(kube_cluster, bundle(namespace, language, url))
+
+    # Kill as soon as the first probe Jobs exist: their pods are still fetching or probing.
+    before = wait_for(
+        "the first probe Jobs",
+        lambda: jobs_by_name(kube_cluster, namespace),
+        180,
+        more=first.tail,
+    )
+    first.kill()
+    assert first.proc is not None and first.proc.returncode == -9
+
+    second = first.start()  # the same settings: revision store and signing key survive
+    for language in languages:
+        ready(kube_cluster, namespace, f"orders-{language}", second)
+
+    after = jobs_by_name(kube_cluster, namespace)
+    # One Job per artifact; the ones the killed process made were adopted (same uid), never
+    # deleted and made again.
+    assert len(after) == len(languages), after
+    for job, uid in before.items():
+        assert after.get(job) == uid, (job, before, after)
+    # The rows are what an undisturbed run writes: one artifact and one binding per stub,
+    # bound to its own artifact, no problem.
+    state = rows(database)
+    assert state["bindings"] == expected_rows(repo, languages)
+    assert [a[:2] for a in state["artifacts"]] == sorted(
+        (f"orders-{lang}", ARTIFACTS[lang].split("/", 1)[1]) for lang in languages
+    )
+    assert state["problems"] == []
+    # And a pass after the recovery (reusing every answer) leaves them as they are.
+    reconcile_now(kube_cluster, namespace, "orders-go", "after-kill")
+    wait_for(
+        "the pass after the restart",
+        lambda: (
+            (thb(kube_cluster, namespace, "orders-go").get("status") or {}).get(
+                "lastHandledReconcileAt"
+            )
+            == "after-kill"
+        ),
+        120,
+        more=second.tail,
+    )
+    assert rows(database) == state
+    assert jobs_by_name(kube_cluster, namespace) == after
+
+
+# --- 2. Two replicas, one Lease -----------------------------------------------------------------
+
+
+def test_only_the_leader_reconciles_and_a_killed_leader_hands_over(
+    kube_cluster: KubeCluster,
+    namespace: str,
+    repo: GitRepo,
+    source_http: HttpServer,
+    database: str,
+    tmp_path: Path,
+    replicas: list[Replica],
+) -> None:
+    leader = make(replicas, kube_cluster, namespace, database, tmp_path, "a").start()
+    wait_for("replica a leads", lambda: readyz(leader) == 200, 120, more=leader.tail)
+    standby = make(replicas, kube_cluster, namespace, database, tmp_path, "b").start()
+    wait_for("replica b serves /readyz", lambda: readyz(standby) == 503, 120, more=standby.tail)
+    holder = lease(kube_cluster, namespace)["holderIdentity"]
+
+    apply(kube_cluster, bundle(namespace, "go", repo.http_url(source_http)))
+    wait_for("a probe Job", lambda: jobs_by_name(kube_cluster, namespace), 180, more=leader.tail)
+    # The standby did nothing: not ready, never reconciled, the Lease is the leader's.
+    assert readyz(standby) == 503
+    assert "reconciled revision" not in standby.text()
+    assert lease(kube_cluster, namespace)["holderIdentity"] == holder
+
+    leader.kill()
+    duration = int(lease(kube_cluster, namespace)["leaseDurationSeconds"])
+    # The standby takes over once the Lease expires (its duration plus retry periods).
+    wait_for(
+        "the standby takes the Lease",
+        lambda: readyz(standby) == 200,
+        duration + 60,
+        more=standby.tail,
+    )
+    assert lease(kube_cluster, namespace)["holderIdentity"] != holder
+    status = ready(kube_cluster, namespace, "orders-go", standby)["status"]
+    assert status["counts"]["bindings"] == 1
+    assert rows(database)["bindings"] == expected_rows(repo, ["go"])
+    assert len(jobs_by_name(kube_cluster, namespace)) == 1  # adopted, not made twice
+
+    # SIGTERM: the Lease is released at once (no holder), the process exits 0.
+    assert standby.terminate() == 0, standby.tail()
+    released = lease(kube_cluster, namespace)
+    assert not released.get("holderIdentity"), released
+    third = make(replicas, kube_cluster, namespace, database, tmp_path, "c").start()
+    # A released Lease is free now: the new replica need not wait for it to expire.
+    wait_for("a new replica leads", lambda: readyz(third) == 200, 120, more=third.tail)
+
+
+# --- 3. A failing source and a database outage ---------------------------------------------------
+
+
+def secret(ns: str, name: str, password: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": ns},
+        "stringData": {"username": HTTP_USER, "password": password},
+    }
+
+
+def test_bad_credentials_back_off_while_another_bundle_goes_on_and_recover(
+    kube_cluster: KubeCluster,
+    namespace: str,
+    repo: GitRepo,
+    source_http: HttpServer,
+    database: str,
+    tmp_path: Path,
+    replicas: list[Replica],
+) -> None:
+    op = make(replicas, kube_cluster, namespace, database, tmp_path, "a").start()
+    url = repo.http_url(source_http)
+    apply(kube_cluster, secret(namespace, "git-auth-ts", PLANTED_PASSWORD))
+    other = bundle(namespace, "typescript", url)
+    other["spec"]["source"]["git"]["secretRef"]["name"] = "git-auth-ts"
+    apply(kube_cluster, bundle(namespace, "go", url))
+    apply(kube_cluster, other)
+    good = ready(kube_cluster, namespace, "orders-go", op)["status"]
+    ready(kube_cluster, namespace, "orders-typescript", op)
+    state = rows(database)
+
+    # The go bundle's Secret now holds a wrong password.
+    apply(kube_cluster, secret(namespace, "git-auth", "not-the-password"))
+    reconcile_now(kube_cluster, namespace, "orders-go", "bad-password")
+
+    def failing() -> dict[str, Any] | None:
+        obj = thb(kube_cluster, namespace, "orders-go")
+        return obj if condition(obj, "SourceReady").get("status") == "False" else None
+
+    failed = wait_for("SourceReady=False", failing, 120, more=op.tail)
+    source = condition(failed, "SourceReady")
+    assert source["reason"] == "AuthenticationFailed", source
+    assert condition(failed, "Ready")["status"] == "False"
+    assert condition(failed, "Reconciling")["reason"] == "ProgressingWithRetry"
+    # The last good revision and its bindings stay.
+    assert failed["status"]["revision"] == good["revision"]
+    assert failed["status"]["publishedRevision"] == good["publishedRevision"]
+    assert rows(database) == state
+    assert "AuthenticationFailed" in events(kube_cluster, namespace, "orders-go")
+    assert PLANTED_PASSWORD not in json.dumps(failed) and "not-the-password" not in op.text()
+
+    # Meanwhile the other bundle still reconciles.
+    reconcile_now(kube_cluster, namespace, "orders-typescript", "meanwhile")
+    wait_for(
+        "the other bundle's pass",
+        lambda: (
+            (thb(kube_cluster, namespace, "orders-typescript").get("status") or {}).get(
+                "lastHandledReconcileAt"
+            )
+            == "meanwhile"
+        ),
+        120,
+        more=op.tail,
+    )
+    assert condition(thb(kube_cluster, namespace, "orders-typescript"), "Ready")["status"] == (
+        "True"
+    )
+
+    # Retries with back-off are logged; fixing the Secret heals the bundle without a nudge.
+    wait_for("a retry", lambda: op.text().count("retrying in") >= 2, 120, more=op.tail)
+    apply(kube_cluster, secret(namespace, "git-auth", PLANTED_PASSWORD))
+    healed = ready(kube_cluster, namespace, "orders-go", op)
+    assert condition(healed, "SourceReady")["reason"] == "Synced"
+    assert rows(database) == state
+    # One Event for the failure however many retries failed.
+    assert events(kube_cluster, namespace, "orders-go").count("AuthenticationFailed") == 1
+
+
+def test_a_database_outage_is_reported_writes_nothing_and_heals(
+    kube_cluster: KubeCluster,
+    namespace: str,
+    repo: GitRepo,
+    source_http: HttpServer,
+    database: str,
+    pg_server: PostgresServer,
+    tmp_path: Path,
+    replicas: list[Replica],
+) -> None:
+    op = make(replicas, kube_cluster, namespace, database, tmp_path, "a").start()
+    apply(kube_cluster, bundle(namespace, "go", repo.http_url(source_http)))
+    good = ready(kube_cluster, namespace, "orders-go", op)["status"]
+    state = rows(database)
+
+    pg_server.pause()
+    try:
+        reconcile_now(kube_cluster, namespace, "orders-go", "db-down")
+
+        def failing() -> dict[str, Any] | None:
+            obj = thb(kube_cluster, namespace, "orders-go")
+            return obj if condition(obj, "BindingsPublished").get("status") == "False" else None
+
+        failed = wait_for("BindingsPublished=False", failing, 120, more=op.tail)
+    finally:
+        pg_server.resume()
+    published = condition(failed, "BindingsPublished")
+    assert published["reason"] == "DatabaseUnavailable", published
+    assert condition(failed, "Ready")["reason"] == "DatabaseUnavailable"
+    assert failed["status"]["publishedRevision"] == good["publishedRevision"]
+    assert "DatabaseUnavailable" in events(kube_cluster, namespace, "orders-go")
+    assert op.proc is not None and op.proc.poll() is None, op.tail()
+
+    healed = ready(kube_cluster, namespace, "orders-go", op)
+    assert condition(healed, "BindingsPublished")["reason"] == "Published"
+    assert rows(database) == state  # nothing half-written, nothing lost
+
+
+# --- 4. What the operator's identity may not do -------------------------------------------------
+
+
+def test_the_operator_identity_is_refused_what_it_was_not_given(
+    kube_cluster: KubeCluster,
+    namespace: str,
+) -> None:
+    def can(*args: str) -> bool:
+        done = kube_cluster.kubectl("auth", "can-i", *args, f"--as={OPERATOR_USER}", check=False)
+        return done.stdout.strip() == "yes"
+
+    # What it needs.
+    assert can("get", "secrets/git-auth", "-n", namespace)
+    assert can("create", "jobs.batch", "-n", namespace)
+    assert can("patch", f"{names.PLURAL}.{names.GROUP}/status", "-n", namespace)
+    # What it must not do.
+    assert not can("list", "secrets", "-n", namespace)
+    assert not can("watch", "secrets", "-n", namespace)
+    assert not can("get", "secrets", "-n", "kube-system")
+    assert not can("create", "pods/exec", "-n", namespace)
+    assert not can("delete", f"customresourcedefinitions/{names.CRD_NAME}")
+    assert not can("create", "rolebindings.rbac.authorization.k8s.io", "-n", namespace)
+
+    # And for real, with its own credentials against the apiserver.
+    kubeconfig = kube_cluster.user_kubeconfig(OPERATOR_USER)
+
+    def as_operator(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [str(kube_cluster.bins["kubectl"]), "--kubeconfig", str(kubeconfig), *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+
+    assert as_operator("get", "secret", "git-auth", "-n", namespace).returncode == 0
+    for args in (
+        ("get", "secrets", "-n", namespace),
+        ("get", "secret", "git-auth", "-n", "default"),
+        ("delete", "crd", names.CRD_NAME, "--dry-run=server"),
+    ):
+        refused = as_operator(*args)
+        assert refused.returncode != 0, args
+        assert "Forbidden" in refused.stderr or "forbidden" in refused.stderr, refused.stderr
+    kube_cluster.kubectl(
+        "run",
+        "target",
+        "-n",
+        namespace,
+        "--image=registry.local/none:0",
+        "--restart=Never",
+        "--overrides",
+        json.dumps(
+            {
+                "spec": {
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [
+                        {
+                            "name": "target",
+                            "image": "registry.local/none:0",
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                        }
+                    ],
+                }
+            }
+        ),
+    )
+    refused = as_operator("exec", "target", "-n", namespace, "--", "true")
+    assert "forbidden" in refused.stderr.lower() and "pods/exec" in refused.stderr, refused.stderr

@@ -1,0 +1,210 @@
+"""controller/report.py: the status and Events a pass' observation gives (pure, no cluster).
+
+Real passes (the reconcile steps with in-memory ports from tests/unit/reconcile/test_steps.py)
+produce the outcomes; errors are the ones the steps and the syncer raise.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from taskhandler_operator.controller.report import (
+    Observation,
+    bundle_status,
+    previous_status,
+    transition_events,
+)
+from taskhandler_operator.controller.syncing import SourceSyncFailed
+from taskhandler_operator.db.claims import BundleClaimed
+from taskhandler_operator.db.engine import DatabaseUnavailable
+from taskhandler_operator.kube.conditions import Reasoned, status_unchanged
+from taskhandler_operator.kube.status import ConditionStatus, TaskHandlerBundleStatus
+from taskhandler_operator.reconcile.errors import DatabaseFailed, OwnershipConflict
+from taskhandler_operator.reconcile.local import LocalFolderSyncer
+from taskhandler_operator.reconcile.steps import PassOutcome, PassPorts, run_pass
+from taskhandler_operator.records import BundleOwner
+from tests.unit.reconcile.test_steps import SPEC, FakeProber, FakeStore, etl, handler
+from tests.unit.reconcile.test_steps import bundle as bundle  # the fixture: three artifacts
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def cond(status: TaskHandlerBundleStatus, type_: str) -> tuple[str, str]:
+    found = next(c for c in status.conditions if c.type == type_)
+    return found.status.value, found.reason
+
+
+def types(status: TaskHandlerBundleStatus) -> set[str]:
+    return {c.type for c in status.conditions}
+
+
+async def a_pass(bundle: Path, answers: dict[str, object]) -> PassOutcome:
+    prober = FakeProber(answers)  # type: ignore[arg-type]
+    return await run_pass(
+        SPEC, PassPorts(LocalFolderSyncer(bundle), prober, FakeStore(etl("extract", "load")))
+    )
+
+
+ANSWERS: dict[str, object] = {
+    "extract.min.mjs": {"etl": [handler("extract")]},
+    "load.min.mjs": {"etl": [handler("load")]},
+}
+
+
+@pytest.fixture
+async def good(bundle: Path) -> PassOutcome:
+    (bundle / "broken.min.mjs").unlink()  # every artifact answers
+    return await a_pass(bundle, ANSWERS)
+
+
+@pytest.fixture
+async def one_refused(bundle: Path) -> PassOutcome:
+    return await a_pass(bundle, ANSWERS)
+
+
+def ready(
+    outcome: PassOutcome, *, now: datetime = T0, generation: int = 1
+) -> TaskHandlerBundleStatus:
+    return bundle_status(TaskHandlerBundleStatus(), Observation(generation, now, outcome=outcome))
+
+
+async def test_a_good_pass_is_ready_with_counts_and_announces_revision_and_bindings(
+    good: PassOutcome,
+) -> None:
+    status = ready(good)
+    revision = good.summary.revision
+    assert (status.revision, status.published_revision, status.observed_generation) == (
+        revision,
+        revision,
+        1,
+    )
+    assert cond(status, "Ready") == ("True", "Succeeded")
+    assert "Reconciling" not in types(status) and "Stalled" not in types(status)
+    assert cond(status, "SourceReady") == ("True", "Synced")
+    assert cond(status, "ArtifactsProbed") == ("True", "Probed")
+    assert cond(status, "BindingsPublished") == ("True", "Published")
+    assert (status.counts.candidates, status.counts.probed, status.counts.bindings) == (2, 2, 2)
+    events = transition_events(TaskHandlerBundleStatus(), status)
+    assert [(e.type, e.reason) for e in events] == [
+        ("Normal", "NewRevision"),
+        ("Normal", "BindingsPublished"),
+    ]
+
+
+async def test_a_refused_artifact_is_named_while_the_others_are_published(
+    one_refused: PassOutcome,
+) -> None:
+    status = ready(one_refused)
+    assert cond(status, "ArtifactsProbed") == ("False", "ArtifactsFailed")
+    assert cond(status, "BindingsPublished") == ("True", "Published")
+    assert cond(status, "Ready") == ("False", "ArtifactsFailed")
+    assert (status.counts.candidates, status.counts.bindings, status.counts.rejected) == (3, 2, 1)
+    assert [(a.path, a.state.value) for a in status.artifacts if a.reason] == [
+        ("broken.min.mjs", "Rejected")
+    ]
+    events = transition_events(TaskHandlerBundleStatus(), status)
+    assert [(e.type, e.reason) for e in events] == [
+        ("Normal", "NewRevision"),
+        ("Warning", "ArtifactRejected"),
+        ("Normal", "BindingsPublished"),
+    ]
+    assert (
+        transition_events(status, bundle_status(status, Observation(1, T0, outcome=one_refused)))
+        == []
+    )
+
+
+async def test_the_same_observation_again_changes_nothing_and_posts_no_event(
+    good: PassOutcome,
+) -> None:
+    first = ready(good)
+    # A later pass (a minute on) that sees the same: conditions keep their transition times.
+    again = bundle_status(first, Observation(1, T0 + timedelta(minutes=1), outcome=good))
+    assert status_unchanged(first.to_body(), again)
+    assert transition_events(first, again) == []
+
+
+async def test_a_source_failure_keeps_the_revision_counts_and_lists_and_is_announced_once(
+    good: PassOutcome,
+) -> None:
+    before = ready(good)
+    failure = SourceSyncFailed(
+        "git fetch: authentication failed for the Secret's username",
+        reason="AuthenticationFailed",
+        kind="auth",
+        retryable=True,
+    )
+    later = T0 + timedelta(minutes=5)
+    failed = bundle_status(before, Observation(1, later, error=failure))
+    assert cond(failed, "SourceReady") == ("False", "AuthenticationFailed")
+    assert cond(failed, "Ready")[0] == "False"
+    assert (failed.revision, failed.published_revision) == (before.revision, before.revision)
+    assert failed.counts == before.counts and failed.artifacts == before.artifacts
+    [event] = transition_events(before, failed)
+    assert (event.type, event.reason) == ("Warning", "AuthenticationFailed")
+    assert "authentication failed" in event.note
+
+    # The same failure on the retry: nothing new to write, no second Event.
+    again = bundle_status(failed, Observation(1, later + timedelta(seconds=30), error=failure))
+    assert status_unchanged(failed.to_body(), again)
+    assert transition_events(failed, again) == []
+
+    # Recovery at the same revision: Ready again, no NewRevision, bindings not re-announced.
+    healed = bundle_status(again, Observation(1, later + timedelta(minutes=1), outcome=good))
+    assert cond(healed, "SourceReady") == ("True", "Synced")
+    assert cond(healed, "Ready")[0] == "True"
+    assert [e.reason for e in transition_events(again, healed)] == []
+
+
+async def test_a_database_outage_after_the_sync_names_the_database_not_the_source(
+    good: PassOutcome,
+) -> None:
+    before = ready(good)
+    error = DatabaseFailed("write", DatabaseUnavailable("connection refused"))
+    seen = Observation(1, T0 + timedelta(minutes=1), error=error, synced_revision="git:next")
+    failed = bundle_status(before, seen)
+    assert cond(failed, "BindingsPublished") == ("False", error.reason)
+    assert error.reason == "DatabaseUnavailable"
+    assert cond(failed, "SourceReady") == ("True", "Synced")
+    assert cond(failed, "Ready")[0] == "False"
+    # Synced to the new revision, but what is published is still the last good one.
+    assert (failed.revision, failed.published_revision) == ("git:next", before.revision)
+    assert failed.counts == before.counts
+    assert [(e.type, e.reason) for e in transition_events(before, failed)] == [
+        ("Normal", "NewRevision"),
+        ("Warning", "DatabaseUnavailable"),
+    ]
+
+
+async def test_a_conflict_stalls_with_its_reason_once(good: PassOutcome) -> None:
+    before = ready(good)
+    owner = BundleOwner(cluster_id="c1", namespace="team-a", name="ts", uid="uid-0")
+    conflict = OwnershipConflict("write", BundleClaimed("ts", owner, T0))
+    stalled = bundle_status(before, Observation(1, T0, error=conflict))
+    assert cond(stalled, "Stalled") == ("True", "BundleNameConflict")
+    assert cond(stalled, "Ready") == ("False", "BundleNameConflict")
+    assert "Reconciling" not in types(stalled)
+    assert [e.reason for e in transition_events(before, stalled)] == ["BundleNameConflict"]
+    assert (
+        transition_events(stalled, bundle_status(stalled, Observation(1, T0, error=conflict))) == []
+    )
+
+
+def test_an_invalid_spec_stalls_and_a_suspended_bundle_keeps_its_status() -> None:
+    why = Reasoned("InvalidSpec", "spec.interval: not a duration")
+    stalled = bundle_status(TaskHandlerBundleStatus(), Observation(2, T0, stalled=why))
+    assert cond(stalled, "Stalled") == ("True", "InvalidSpec")
+    assert stalled.observed_generation == 2
+    suspended = bundle_status(stalled, Observation(3, T0, suspended=True, requested_at="r1"))
+    assert suspended.conditions == stalled.conditions
+    assert (suspended.observed_generation, suspended.last_handled_reconcile_at) == (3, "r1")
+
+
+def test_an_unreadable_stored_status_starts_empty() -> None:
+    assert previous_status({"conditions": "not a list"}) == TaskHandlerBundleStatus()
+    assert previous_status(None) == TaskHandlerBundleStatus()
+    assert not status_unchanged({"conditions": "not a list"}, TaskHandlerBundleStatus())
+    assert ConditionStatus.TRUE.value == "True"
