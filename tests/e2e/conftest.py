@@ -54,3 +54,25 @@ def start(kube_cluster: KubeCluster, migrated: str, tmp_path: Path) -> Iterator[
     finally:
         for op in started:
             op.stop()
+
+
+@pytest.fixture
+def second_namespace(kube_cluster: KubeCluster, namespace: str) -> Iterator[str]:
+    """Another prepared namespace (for claims across namespaces); deleted at teardown."""
+    name = f"{namespace[:50]}-b"
+    kube_cluster.kubectl("create", "namespace", name)
+    # Pods are refused until the serviceaccount controller has made the default account.
+    kube_cluster.kubectl(
+        "wait",
+        "--for=jsonpath={.metadata.name}=default",
+        "serviceaccount/default",
+        "-n",
+        name,
+        "--timeout=60s",
+        check=False,
+    )
+    try:
+        prepare_namespace(kube_cluster, name)
+        yield name
+    finally:
+        kube_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
