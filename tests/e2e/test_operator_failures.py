@@ -1,6 +1,6 @@
-"""Broken and misbehaving artifacts, end to end: a Go bundle missing its first bytes is refused with its
-reason and a runtime that answers garbage fails its probe Job, each named in the status with
-why, while the bundle's other artifacts stay bound and the last good bindings stay."""
+"""Broken and misbehaving artifacts, end to end: a Go bundle missing its first bytes is refused
+with its reason and a runtime that answers garbage fails its probe Job, each named in the status
+with why, while the bundle's other artifacts stay bound and the last good bindings stay."""
 
 from __future__ import annotations
 
