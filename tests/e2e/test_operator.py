@@ -11,12 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,17 +19,21 @@ import pytest
 import sqlalchemy as sa
 
 from taskhandler_operator.db.engine import create_engine
-from taskhandler_operator.db.migrate import upgrade
 from taskhandler_operator.devenv.serialized_dags import dag_document, insert_dag, stub_task
 from taskhandler_operator.kube import names
-from taskhandler_operator.kube.rbac import operator_rbac, probe_service_account, user_subject
 from taskhandler_operator.records import TaskHandlerArtifactRef
 from taskhandler_operator.scheduler import resolve_task_handlers
-from tests.fixtures.kubecluster.bins import REPO_ROOT
+from tests.e2e.operator_env import (
+    Operator,
+    StartOperator,
+    apply,
+    git_bundle,
+    probe_jobs,
+    wait_ready,
+)
 from tests.fixtures.kubecluster.control_plane import KubeCluster
-from tests.fixtures.kubecluster.procs import free_port
 from tests.fixtures.runtimes_plugin import RuntimeFactory
-from tests.fixtures.sources import HTTP_USER, PLANTED_PASSWORD, GitRepo, HttpServer
+from tests.fixtures.sources import GitRepo, HttpServer
 
 pytestmark = [
     pytest.mark.kube,
@@ -49,74 +48,18 @@ ARTIFACTS = {
     "typescript": "ts/publish.min.mjs",
 }
 TASKS = {"go": "extract", "java": "transform", "typescript": "publish"}
-OPERATOR_USER = "taskhandler-operator-e2e"
-IMAGE = "registry.local/taskhandler-operator:e2e"
-
-
-@pytest.fixture(scope="module")
-def thb_crd(kube_cluster: KubeCluster) -> str:
-    kube_cluster.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / names.CRD_FILE))
-    kube_cluster.kubectl(
-        "wait", "--for=condition=Established", f"crd/{names.CRD_NAME}", "--timeout=60s"
-    )
-    return names.CRD_NAME
-
-
-@dataclass
-class Operator:
-    proc: subprocess.Popen[bytes]
-    log: Path
-    health_port: int
-
-    def tail(self, lines: int = 60) -> str:
-        text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
-
-
-def apply(cluster: KubeCluster, obj: dict[str, Any]) -> None:
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(obj))
 
 
 @pytest.fixture
-def database(pg_url: str) -> str:
-    upgrade(pg_url)
-    engine = sa.create_engine(pg_url)
+def database(migrated: str) -> str:
+    engine = sa.create_engine(migrated)
     document = dag_document(
         "orders_etl", [stub_task(task, queue=lang) for lang, task in TASKS.items()]
     )
     with engine.begin() as conn:
         insert_dag(conn, document)
     engine.dispose()
-    return pg_url
-
-
-@pytest.fixture
-def namespace(kube_cluster: KubeCluster, kube_namespace: str) -> str:
-    """Restricted Pod Security, the probe account, the operator's RBAC and the git Secret."""
-    kube_cluster.kubectl(
-        "label",
-        "namespace",
-        kube_namespace,
-        "pod-security.kubernetes.io/enforce=restricted",
-        "pod-security.kubernetes.io/enforce-version=latest",
-    )
-    apply(kube_cluster, probe_service_account(kube_namespace))
-    for obj in operator_rbac(
-        namespace=kube_namespace,
-        subject=user_subject(OPERATOR_USER),
-        mode="namespaced",
-        watch_namespaces=[kube_namespace],
-        name=f"thop-{kube_namespace}",
-    ):
-        apply(kube_cluster, obj)
-    secret = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": "git-auth", "namespace": kube_namespace},
-        "stringData": {"username": HTTP_USER, "password": PLANTED_PASSWORD},
-    }
-    apply(kube_cluster, secret)
-    return kube_namespace
+    return migrated
 
 
 @pytest.fixture
@@ -133,105 +76,18 @@ def repo(git_repo: GitRepo, runtime_factory: RuntimeFactory, tmp_path: Path) -> 
 
 
 @pytest.fixture
-def operator(
-    kube_cluster: KubeCluster, namespace: str, database: str, tmp_path: Path
-) -> Iterator[Operator]:
-    kubeconfig = kube_cluster.user_kubeconfig(OPERATOR_USER)
-    artifact_port, health_port, metrics_port = free_port(), free_port(), free_port()
-    env = {
-        **os.environ,
-        "THOP_DATABASE_URL": database,
-        "THOP_CLUSTER_ID": "e2e",
-        "THOP_NAMESPACES": namespace,
-        "THOP_REVISION_STORE": str(tmp_path / "revisions"),
-        "THOP_ARTIFACT_SERVER_BIND": f"127.0.0.1:{artifact_port}",
-        # No cluster DNS on the process node: pods reach the operator on loopback.
-        "THOP_ARTIFACT_SERVER_URL": f"http://127.0.0.1:{artifact_port}",
-        "THOP_RUNTIME_IMAGES__JAVA": "registry.local/taskhandler-operator-java:e2e",
-        "THOP_RUNTIME_IMAGES__TYPESCRIPT": "registry.local/taskhandler-operator-node:e2e",
-        "THOP_HEALTH_PORT": str(health_port),
-        "THOP_METRICS_PORT": str(metrics_port),
-        "THOP_LOG_FORMAT": "text",
-        "THOP_OPERATOR_IMAGE": IMAGE,
-    }
-    log = tmp_path / "operator.log"
-    script = Path(sys.executable).parent / "taskhandler-operator"
-    argv = [
-        str(script),
-        "run",
-        f"--kubeconfig={kubeconfig}",
-        f"--lease-namespace={namespace}",
-        "--health-host=127.0.0.1",
-    ]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
-    running = Operator(proc, log, health_port)
-    try:
-        yield running
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def operator(start: StartOperator, namespace: str, database: str) -> Operator:
+    return start([namespace])
 
 
 def bundle(namespace: str, language: str, url: str) -> dict[str, Any]:
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
-        "metadata": {"name": f"orders-{language}", "namespace": namespace},
-        "spec": {
-            "bundleName": f"orders-{language}",
-            "language": language,
-            "queues": [language],
-            "source": {
-                "git": {
-                    "url": url,
-                    "ref": "main",
-                    "path": ARTIFACTS[language].split("/")[0],
-                    "secretRef": {"name": "git-auth"},
-                }
-            },
-            "interval": "1h",
-            "probe": {"timeout": "1m"},
-        },
-    }
-
-
-def wait_ready(cluster: KubeCluster, namespace: str, name: str, op: Operator) -> None:
-    done = cluster.kubectl(
-        "wait",
-        "--for=condition=Ready",
-        f"thb/{name}",
-        "-n",
+    return git_bundle(
         namespace,
-        "--timeout=240s",
-        check=False,
-        timeout=260,
+        f"orders-{language}",
+        language=language,
+        url=url,
+        path=ARTIFACTS[language].split("/")[0],
     )
-    if done.returncode != 0:
-        status = cluster.kubectl("get", "thb", name, "-n", namespace, "-o", "json", check=False)
-        jobs = cluster.kubectl("get", "jobs,pods", "-n", namespace, "-o", "wide", check=False)
-        pytest.fail(
-            f"{name} not Ready: {done.stderr}\nstatus: {status.stdout[-3000:]}\n"
-            f"{jobs.stdout}\noperator log:\n{op.tail()}"
-        )
-
-
-def probe_jobs(cluster: KubeCluster, namespace: str) -> list[str]:
-    out = cluster.kubectl(
-        "get",
-        "jobs",
-        "-n",
-        namespace,
-        "-l",
-        f"{names.LABEL_MANAGED_BY}={names.MANAGER}",
-        "-o",
-        "jsonpath={.items[*].metadata.name}",
-    )
-    return sorted(out.stdout.split())
 
 
 def test_three_languages_become_ready_and_resolve(

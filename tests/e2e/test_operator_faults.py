@@ -30,17 +30,10 @@ from tests.e2e.faults_support import (
     thb,
     wait_for,
 )
-from tests.e2e.test_operator import (
-    ARTIFACTS,
-    OPERATOR_USER,
-    TASKS,
-    apply,
-    bundle,
-)
+from tests.e2e.operator_env import OPERATOR_USER, apply
+from tests.e2e.test_operator import ARTIFACTS, TASKS, bundle
 from tests.e2e.test_operator import database as database
-from tests.e2e.test_operator import namespace as namespace
 from tests.e2e.test_operator import repo as repo
-from tests.e2e.test_operator import thb_crd as thb_crd
 from tests.fixtures.kubecluster.control_plane import KubeCluster
 from tests.fixtures.sources import HTTP_USER, PLANTED_PASSWORD, GitRepo, HttpServer
 

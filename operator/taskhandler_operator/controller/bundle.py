@@ -36,8 +36,14 @@ from taskhandler_operator.controller.report import (
     transition_events,
 )
 from taskhandler_operator.controller.runtime import BundleStore, OperatorRuntime
-from taskhandler_operator.controller.syncing import KubeSyncer, SourceSyncFailed, source_kind
+from taskhandler_operator.controller.syncing import (
+    KubeSyncer,
+    SourceSyncFailed,
+    airflow_version,
+    source_kind,
+)
 from taskhandler_operator.db.claims import BundleClaimed
+from taskhandler_operator.db.dag_bundle import DagBundleSync, dag_bundle_sync
 from taskhandler_operator.db.engine import DatabaseError
 from taskhandler_operator.db.writer import delete_bundle_rows
 from taskhandler_operator.kube import names
@@ -220,6 +226,9 @@ async def _reconcile(
         error = exc
     revision = syncer.last.id if syncer.last is not None else None
     set_revision(revision)
+    in_sync: DagBundleSync | None = None
+    if outcome is not None and syncer.last is not None:
+        in_sync = await _dag_bundle_sync(runtime, spec.bundle_name, airflow_version(syncer.last))
     seen = Observation(
         generation=inputs.generation,
         now=datetime.now(UTC),
@@ -228,6 +237,7 @@ async def _reconcile(
         codes=dict(prober.codes),
         requested_at=inputs.requested_at,
         synced_revision=revision,
+        dag_bundle=in_sync,
     )
     new = bundle_status(old, seen)
     written = await _publish(inputs, runtime, memory, old, new)
@@ -284,6 +294,18 @@ def sleep_after(report: PassReport, rand: random.Random) -> float:
     if report.retry_in is not None:
         return report.retry_in
     return jittered(report.interval, rand)
+
+
+async def _dag_bundle_sync(
+    runtime: OperatorRuntime, bundle_name: str, version: str
+) -> DagBundleSync | None:
+    """Airflow's DagBundle against the published revision. Informational: a failed read (no
+    ``dag_bundle`` table before Airflow 3, an outage) leaves the condition as it was."""
+    try:
+        return await dag_bundle_sync(runtime.engine, bundle_name, revision=version)
+    except DatabaseError as exc:
+        log.info("cannot read Airflow's DagBundle %r: %s", bundle_name, exc)
+        return None
 
 
 async def _publish(

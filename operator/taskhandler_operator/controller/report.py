@@ -16,6 +16,9 @@ Condition reasons (docs/operator.md lists them with what to do):
 * ``BindingsPublished``: ``Published``; ``StubsUnbound`` (a stub on the bundle's queues has no
   binding), ``DatabaseUnavailable``/``TransactionConflict``/``DatabaseError``.
 * ``Stalled``: ``BundleNameConflict``, ``QueueConflict``, ``InvalidSpec``.
+* ``DagBundleInSync`` (informational, never part of ``Ready``): ``InSync``, ``UnknownDagBundle``,
+  ``Drift`` (both revisions in the message; a Warning event when it starts or the pair changes),
+  ``VersionUnknown`` (:mod:`taskhandler_operator.db.dag_bundle`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from taskhandler_operator.db.dag_bundle import DagBundleSync
 from taskhandler_operator.kube.conditions import Reasoned, set_condition, summarize
 from taskhandler_operator.kube.status import (
     ArtifactState,
@@ -63,6 +67,8 @@ class Observation:
     requested_at: str | None = None
     # The revision the sync step returned when a later step failed.
     synced_revision: str | None = None
+    # Airflow's DagBundle compared with the published revision (None: not read this pass).
+    dag_bundle: DagBundleSync | None = None
 
 
 def previous_status(body: Mapping[str, Any] | None) -> TaskHandlerBundleStatus:
@@ -173,6 +179,9 @@ def bundle_status(old: TaskHandlerBundleStatus, seen: Observation) -> TaskHandle
         # stay, as its bindings stay in the database.
         update["revision"] = seen.synced_revision
         put(T.SOURCE_READY, S.TRUE, "Synced", f"revision {seen.synced_revision}")
+    if seen.dag_bundle is not None and outcome is not None:
+        found = seen.dag_bundle
+        put(T.DAG_BUNDLE_IN_SYNC, S(found.status), found.reason, found.message)
     conditions = summarize(
         conditions, generation=gen, now=now, stalled=stalled, ready_message=ready_message
     )
@@ -286,6 +295,16 @@ def transition_events(
             continue
         if before is None or before.status != S.FALSE or before.reason != after.reason:
             events.append(EventSpec("Warning", after.reason, after.message))
+    drift_before, drift = _cond(old, T.DAG_BUNDLE_IN_SYNC), _cond(new, T.DAG_BUNDLE_IN_SYNC)
+    if (
+        drift is not None
+        and drift.reason == "Drift"
+        and (
+            drift_before is None
+            or (drift_before.reason, drift_before.message) != ("Drift", drift.message)
+        )
+    ):
+        events.append(EventSpec("Warning", "DagBundleDrift", drift.message))
     before_failed = _failed(old)
     for path, item in sorted(_failed(new).items()):
         if path not in before_failed or before_failed[path].message != item.message:

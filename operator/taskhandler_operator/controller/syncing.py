@@ -20,7 +20,7 @@ from taskhandler_operator.sources.spec import SourceSpec
 from taskhandler_operator.sources.store import RevisionStore
 from taskhandler_operator.sources.sync import sync
 
-__all__ = ["KubeSyncer", "SourceSyncFailed", "secret_name"]
+__all__ = ["KubeSyncer", "SourceSyncFailed", "airflow_version", "secret_name"]
 
 
 class SourceSyncFailed(PassError):
@@ -40,6 +40,16 @@ def secret_name(source: SourceSpec) -> str | None:
         if ref is not None:
             return str(ref.name)
     return None
+
+
+def airflow_version(revision: Revision) -> str:
+    """The revision as Airflow's ``dag_bundle.version`` would spell it: a GitDagBundle records
+    the bare commit, while our git revision id adds a digest of ``path`` (and ``source`` reads
+    ``main@sha1:<commit>``). Other kinds have no versioned Airflow DagBundle: their id."""
+    _head, sep, commit = revision.source.rpartition("sha1:")
+    if revision.kind == "git" and sep:
+        return commit
+    return revision.id
 
 
 def source_kind(source: SourceSpec) -> str:

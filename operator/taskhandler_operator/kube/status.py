@@ -101,6 +101,8 @@ class ConditionType(StrEnum):
     SOURCE_READY = "SourceReady"
     ARTIFACTS_PROBED = "ArtifactsProbed"
     BINDINGS_PUBLISHED = "BindingsPublished"
+    #: Informational (never part of Ready): is Airflow's DagBundle at the published revision?
+    DAG_BUNDLE_IN_SYNC = "DagBundleInSync"
 
 
 class Condition(_Status):
