@@ -416,3 +416,22 @@ async def test_planted_credentials_appear_nowhere(
         text = "".join(traceback.format_exception(error)).encode()
         assert secrets_in(text, planted) == []
     assert credential_folders(since=started) == []  # removed after each sync
+
+
+async def test_lock_files_left_by_a_killed_git_are_cleared(
+    git_repo: GitRepo, source_http: HttpServer, store: RevisionStore
+) -> None:
+    """git killed mid-fetch (SIGKILL, OOM) leaves ``*.lock`` files that would make every later
+    fetch fail with "File exists"; the next sync, holding the mirror's lock, removes them."""
+    from taskhandler_operator.sources.git import mirror_path
+
+    url = git_repo.http_url(source_http)
+    git_repo.commit(FILES)
+    await sync_source(store, git(url), BASIC)
+    mirror = mirror_path(store.cache_dir, url)
+    for stale in ("shallow.lock", "refs/thop/fetched.lock", "packed-refs.lock"):
+        (mirror / stale).write_text("")
+    newer = git_repo.commit({"README.md": "after the crash"})
+    revision = await sync_source(store, git(url), BASIC)
+    assert revision.id == newer
+    assert list(mirror.glob("*.lock")) == [] and list((mirror / "refs").glob("**/*.lock")) == []
