@@ -41,11 +41,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.fixtures.packers import go_bundle_tail, pack_typescript_bundle, render_manifest
-
 from benchmarks._report import print_table, ratio, timed, write_json
 from taskhandler_operator.artifacts.listing import ListingCache, ListingResult, list_candidates
 from taskhandler_operator.artifacts.models import Language
+from taskhandler_operator.devenv.packers import (
+    go_bundle_tail,
+    pack_typescript_bundle,
+    render_manifest,
+)
 
 MiB = 1 << 20
 JAR_COUNT = 167

@@ -1,6 +1,6 @@
 """Probe benchmark: the driver's own overhead over the runtime's start-and-answer time.
 
-For each language, builds the good test runtime (``tests/fixtures/runtimes``) and probes it
+For each language, builds the good test runtime (``devenv.runtimes``) and probes it
 ``--repeat`` times after one warm-up, in this process (``run_probe``), and a few times through
 the console script (a fresh Python per probe, as in a probe pod).
 
@@ -30,10 +30,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.fixtures.runtimes import LANGUAGES, SEED_SPEC, ToolchainMissing, build_runtime
-
 from benchmarks._report import print_table, write_json
 from taskhandler_operator.artifacts.models import Language
+from taskhandler_operator.devenv.runtimes import (
+    LANGUAGES,
+    SEED_SPEC,
+    ToolchainMissing,
+    build_runtime,
+)
 from taskhandler_operator.protocol.driver import ProbeConfig, run_probe
 from taskhandler_operator.protocol.eventlog import EventLog
 

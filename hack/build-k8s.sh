@@ -100,7 +100,8 @@ rm -f "$OUT/.complete"
 "$STAGE/kube-apiserver" --version
 "$STAGE/kube-controller-manager" --version
 "$STAGE/kubectl" version --client
-"$STAGE/etcd" --version | head -1
+# sed reads all input: head would close the pipe early and pipefail turns SIGPIPE into a failed build.
+"$STAGE/etcd" --version | sed -n 1p
 "$STAGE/helm" version --short
 for b in etcd kube-apiserver kube-controller-manager kubectl helm; do
   # Copy next to the target, then rename: the cache only ever holds whole files.

@@ -1,13 +1,16 @@
 """``make demo``: the product end to end on an embedded default, with real parts only.
 
-There is no Kubernetes controller yet, so this script plays its part with what exists: it builds
-the Go, Java and TypeScript test runtimes with the real toolchains, lays them out as three
-artifact bundles, runs the real ``taskhandler-operator`` CLI on them (``inspect``, ``plan``,
-``probe``), starts a throwaway PostgreSQL with Airflow 3.3.2's own schema, migrates it with
-``taskhandler-operator db upgrade``, lets Airflow write a Dag whose tasks become stubs, then
-validates, writes and reads the bindings through the package's database modules. A second pass
-over unchanged bundles writes nothing, and a changed artifact that drops a handler keeps the old
-bindings. Everything it starts is stopped and removed at the end, on error and on Ctrl-C too.
+There is no Kubernetes controller yet, so this script drives the reconcile pass's steps
+(``taskhandler_operator.reconcile.steps``) itself, with local ports: the bundle folders as the
+source and the real probe driver as a local process. It builds the Go, Java and TypeScript test
+runtimes with the real toolchains, lays them out as three artifact bundles, shows the real
+``taskhandler-operator`` CLI on them (``inspect``, ``plan``), probes them, starts a throwaway
+PostgreSQL with Airflow 3.3.2's own schema, migrates it with ``taskhandler-operator db
+upgrade``, lets Airflow write a Dag whose tasks become stubs, then validates, writes and reads
+the bindings. A second pass over unchanged bundles writes nothing, and a changed artifact that
+drops a handler keeps the old bindings. Everything it starts is stopped and removed at the end,
+on error and on Ctrl-C too. The example data and the dev servers are ``taskhandler_operator.
+devenv``; every decision is the package's. This script only orchestrates and prints.
 
 Run it with the project's interpreter: ``.venv/bin/python hack/demo.py`` (``make demo``).
 Exit status: 0 when every step did what it should, 1 when a step failed (the message names the
@@ -18,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import re
 import shutil
@@ -26,196 +28,67 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
-REPO_ROOT: Final = Path(__file__).resolve().parents[1]
-# The runtimes and the database come from the test fixtures, which live beside the package.
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+from sqlalchemy import Engine, literal_column, select
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from sqlalchemy import Engine, literal_column, select  # noqa: E402
-from sqlalchemy.ext.asyncio import AsyncEngine  # noqa: E402
-from tests.fixtures.postgres import (  # noqa: E402
+from taskhandler_operator.airflow.arg_bindings import XComArgBinding
+from taskhandler_operator.airflow.serialized import StubTask
+from taskhandler_operator.artifacts.planner import ProbePlan
+from taskhandler_operator.db.engine import create_engine, create_sync_engine
+from taskhandler_operator.db.tables import artifact_table, binding_table, problem_table
+from taskhandler_operator.db.write_models import PassResult
+from taskhandler_operator.devenv.orders_example import (
+    BUNDLES,
+    DAG_FILE,
+    DAG_ID,
+    DAG_SOURCE,
+    RENAMED_HANDLERS,
+    STUB_ARGUMENTS,
+    WORKLOAD_TASKS,
+    ExampleBundle,
+    execute_task,
+)
+from taskhandler_operator.devenv.postgres import (
     AIRFLOW_VERSION,
     AirflowCli,
     PostgresServer,
     ensure_airflow_venv,
     reserialize_dags,
 )
-from tests.fixtures.runtimes import build_runtime  # noqa: E402
-from tests.fixtures.serialized_dags import add_stub_fields, literal_arg, xcom_arg  # noqa: E402
-
-from taskhandler_operator.artifacts.listing import list_candidates  # noqa: E402
-from taskhandler_operator.artifacts.models import Candidate, Language  # noqa: E402
-from taskhandler_operator.artifacts.planner import ProbePlan, plan_probes  # noqa: E402
-from taskhandler_operator.db.arg_bindings import XComArgBinding  # noqa: E402
-from taskhandler_operator.db.engine import create_engine, create_sync_engine  # noqa: E402
-from taskhandler_operator.db.inventory import StubInventory  # noqa: E402
-from taskhandler_operator.db.known_artifacts import load_known_artifacts  # noqa: E402
-from taskhandler_operator.db.serialized import StubTask  # noqa: E402
-from taskhandler_operator.db.tables import (  # noqa: E402
-    artifact_table,
-    binding_table,
-    problem_table,
+from taskhandler_operator.devenv.runtimes import build_runtime
+from taskhandler_operator.devenv.serialized_dags import add_stub_fields
+from taskhandler_operator.reconcile import steps
+from taskhandler_operator.reconcile.local import LocalFolderSyncer, SubprocessProber, cli_command
+from taskhandler_operator.reconcile.models import (
+    BundleSpec,
+    Listed,
+    Planned,
+    ProbeAccepted,
+    Probed,
+    SyncedRevision,
 )
-from taskhandler_operator.db.writer import (  # noqa: E402
-    ArtifactRecord,
-    BundlePass,
-    PassResult,
-    write_pass,
-)
-from taskhandler_operator.protocol.messages import (  # noqa: E402
-    TaskHandlerArtifact,
-    TaskHandlerDeclaration,
-)
-from taskhandler_operator.protocol.summary import ProbeSummary, accept_result  # noqa: E402
-from taskhandler_operator.scheduler import (  # noqa: E402
+from taskhandler_operator.reconcile.ports import SystemClock
+from taskhandler_operator.reconcile.store import DatabaseStore, NothingKnown
+from taskhandler_operator.records import BundleOwner, TaskHandlerDeclaration
+from taskhandler_operator.scheduler import (
     attach_task_handlers,
     explain_unbound_sync,
     resolve_task_handlers_sync,
 )
-from taskhandler_operator.validation import (  # noqa: E402
-    BrokenCandidate,
-    DagVerdict,
-    ValidationResult,
-    schema_types,
-    validate_bundle,
-)
+from taskhandler_operator.validation import DagVerdict, schema_types
 
-# --- the embedded default -------------------------------------------------------------------
-
-DAG_ID: Final = "orders_etl"
-DAG_FILE: Final = "orders_etl.py"
 DATABASE: Final = "airflow"
-
-# A mixed-language Dag as a Dag author would write it. Airflow 3.3.2 has no @task.stub, so the
-# tasks are ordinary @task functions on the stub queues; step 3 adds the stub fields newer
-# Airflow serializes to the rows Airflow itself wrote. `notify` stays an ordinary Python task.
-DAG_SOURCE: Final = '''\
-"""Orders ETL: extract in Go, transform in Java, publish in TypeScript."""
-
-import pendulum
-from airflow.sdk import dag, task
-
-
-@dag(dag_id="orders_etl", start_date=pendulum.datetime(2026, 1, 1), schedule=None, catchup=False)
-def orders_etl():
-    @task(queue="go")
-    def extract(source, since=None):
-        ...
-
-    @task(queue="java")
-    def transform(rows, currency, threshold=100):
-        ...
-
-    @task(queue="typescript")
-    def publish(summary, channel):
-        ...
-
-    @task
-    def notify():
-        ...
-
-    rows = extract("s3://orders/raw/2026-01-01")
-    summary = transform(rows, currency="EUR")
-    publish(summary, channel="#orders") >> notify()
-
-
-orders_etl()
-'''
-
-NULLABLE_TIMESTAMP: Final = {"anyOf": [{"type": "string", "format": "date-time"}, {"type": "null"}]}
-
-# `_arg_bindings` of each stub, in parameter order, as newer Airflow writes them.
-STUB_ARGUMENTS: Final[dict[str, list[dict[str, Any]]]] = {
-    "extract": [
-        literal_arg("source", "s3://orders/raw/2026-01-01", {"type": "string"}),
-        literal_arg("since", None, NULLABLE_TIMESTAMP, from_default=True),
-    ],
-    "transform": [
-        xcom_arg("rows", "extract", {"type": "array"}),
-        literal_arg("currency", "EUR", {"type": "string"}),
-        literal_arg("threshold", 100, {"type": "integer"}, from_default=True),
-    ],
-    "publish": [
-        xcom_arg("summary", "transform", {"type": "object"}),
-        literal_arg("channel", "#orders", {"type": "string"}),
-    ],
-}
-
-
-def _handler(task_id: str, binding: str, *params: dict[str, Any]) -> dict[str, Any]:
-    """One ``TaskHandlerDeclaration`` as a runtime sends it."""
-    return {"task_id": task_id, "binding": binding, "params": list(params)}
-
-
-def _param(name: str | None, schema: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"name": name, "value_schema": schema, **extra}
-
-
-@dataclass(frozen=True)
-class DemoBundle:
-    """One TaskHandlerBundle-to-be: one language, one queue, one artifact."""
-
-    name: str
-    language: Language
-    queue: str
-    rel_path: str
-    handlers: Mapping[str, Any]  # TaskHandlerParsingResult.task_handlers, compiled in
-
-
-# Positional and nameless, like a Go function's parameters.
-GO_HANDLERS: Final = {
-    DAG_ID: [
-        _handler(
-            "extract",
-            "positional",
-            _param(None, {"type": "string"}),
-            _param(None, NULLABLE_TIMESTAMP),
-        )
-    ]
-}
-# Named; `Threshold` matches `threshold` by folded name, and takes the integer as a number.
-JAVA_HANDLERS: Final = {
-    DAG_ID: [
-        _handler(
-            "transform",
-            "named",
-            _param("rows", {"type": "array"}),
-            _param("currency", {"type": "string"}, exact_name=True),
-            _param("Threshold", {"type": "number"}),
-        )
-    ]
-}
-PUBLISH_PARAMS: Final = (
-    _param("summary", {"type": "object"}),
-    _param("channel", {"type": "string"}),
-)
-TYPESCRIPT_HANDLERS: Final = {DAG_ID: [_handler("publish", "named", *PUBLISH_PARAMS)]}
-# Step 6: a new build of the TypeScript bundle whose handler was renamed, so `publish` is gone.
-RENAMED_HANDLERS: Final = {DAG_ID: [_handler("publish_report", "named", *PUBLISH_PARAMS)]}
-
-BUNDLES: Final = (
-    DemoBundle("orders-go", Language.GO, "go", "extract", GO_HANDLERS),
-    DemoBundle("orders-java", Language.JAVA, "java", "orders-transform.jar", JAVA_HANDLERS),
-    DemoBundle(
-        "orders-typescript",
-        Language.TYPESCRIPT,
-        "typescript",
-        "publish.min.mjs",
-        TYPESCRIPT_HANDLERS,
-    ),
-)
-
 MAX_LINE: Final = 140
 PROBE_TIMEOUT: Final = 120.0
 CLI_TIMEOUT: Final = 120.0
 AIRFLOW_MIGRATE_TIMEOUT: Final = 300.0
+
+T = TypeVar("T")
 
 
 # --- output ---------------------------------------------------------------------------------
@@ -283,12 +156,15 @@ def describe_arguments(stub: StubTask) -> str:
 
 
 @dataclass
-class ProbedBundle:
-    """What one bundle pass knows before it touches the database."""
+class BundleRun:
+    """One bundle's pass up to the database: sync, list, plan and probe."""
 
-    bundle: DemoBundle
-    plan: ProbePlan[TaskHandlerArtifact]
-    records: list[ArtifactRecord]
+    bundle: ExampleBundle
+    spec: BundleSpec
+    synced: SyncedRevision
+    listed: Listed
+    planned: Planned
+    probed: Probed
 
 
 @dataclass
@@ -303,21 +179,25 @@ class Demo:
         self.root = root
         self.bundle_root = root / "bundles"
         self.timings: list[tuple[str, float, str]] = []
-        self.cli = self._cli_command()
+        self.cli = list(cli_command())
         # One event loop for the whole run: the async engine's connections belong to it.
         self.runner = asyncio.Runner()
         self.server: PostgresServer | None = None
         self.database: Database | None = None
-        self.inventory = StubInventory()
+        self.store: DatabaseStore | None = None
+        self.prober = SubprocessProber(answer_timeout=PROBE_TIMEOUT, scratch_root=root)
+        self.clock = SystemClock()
+
+    def run(self, work: Coroutine[Any, Any, T]) -> T:
+        return self.runner.run(work)
+
+    @property
+    def db_store(self) -> DatabaseStore:
+        if self.store is None:
+            raise RuntimeError("the database is not started")
+        return self.store
 
     # -- plumbing
-
-    @staticmethod
-    def _cli_command() -> list[str]:
-        script = Path(sys.executable).parent / "taskhandler-operator"
-        if script.is_file():
-            return [str(script)]
-        return [sys.executable, "-m", "taskhandler_operator"]
 
     def shown(self, text: str) -> str:
         """Temporary paths are long and differ per run: show them as $DEMO."""
@@ -389,7 +269,7 @@ class Demo:
             say_block(self.shown(proc.stdout))
         return proc
 
-    def bundle_dir(self, bundle: DemoBundle) -> Path:
+    def bundle_dir(self, bundle: ExampleBundle) -> Path:
         return self.bundle_root / bundle.name
 
     # -- step 1
@@ -420,7 +300,7 @@ class Demo:
         say(f"One artifact bundle per language under {self.shown(str(self.bundle_root))}:")
         table(("BUNDLE", "LANGUAGE", "QUEUE", "ARTIFACT", "BYTES", "DECLARES", "BUILD"), rows)
 
-    def install_artifact(self, bundle: DemoBundle, built: Path) -> None:
+    def install_artifact(self, bundle: ExampleBundle, built: Path) -> None:
         """Copy a built artifact into its bundle folder; copy2 keeps the Go execute bit."""
         target = self.bundle_dir(bundle) / bundle.rel_path
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -430,18 +310,22 @@ class Demo:
 
     # -- step 2, and the first half of every later pass
 
-    def probe_pass(
-        self, bundle: DemoBundle, *, known_from_db: bool, inspect: bool = False
-    ) -> ProbedBundle:
-        """List, plan against the known artifacts and probe what changed, with the real CLI.
+    def spec(self, bundle: ExampleBundle) -> BundleSpec:
+        owner = BundleOwner(cluster_id="demo", namespace="demo", name=bundle.name, uid=bundle.name)
+        return BundleSpec(
+            bundle_name=bundle.name, language=bundle.language, queues=(bundle.queue,), owner=owner
+        )
 
-        ``known_from_db`` False means nothing is known yet (the first pass).
-        """
+    def probe_pass(self, bundle: ExampleBundle, *, inspect: bool = False) -> BundleRun:
+        """sync, list, plan against the stored answers (none before the database exists) and
+        probe what changed, with the reconcile steps; the CLI shows the same plan."""
         root = self.bundle_dir(bundle)
+        spec = self.spec(bundle)
         say(f"[{bundle.name}] {bundle.language.value} bundle serving queue {bundle.queue!r}")
-        known: list[TaskHandlerArtifact] = []
-        if known_from_db:
-            known = self.runner.run(load_known_artifacts(self.db.engine, bundle.name))
+        synced = self.run(steps.sync(LocalFolderSyncer(root), spec))
+        listed = self.run(steps.list_bundle(spec, synced))
+        known = self.run(self.store.known_artifacts(bundle.name)) if self.store else []
+        if self.store is not None:
             say(f"load_known_artifacts: {len(known)} stored artifact(s) -> known.json", 2)
         if inspect:
             self.run_cli("inspect", str(root), "--language", bundle.language.value)
@@ -450,41 +334,30 @@ class Demo:
         shown_plan = self.run_cli(
             "plan", str(root), "--bundle-name", bundle.name, "--known", str(known_file)
         )
-        # The controller will plan in-process; the CLI above shows the same decisions.
-        candidates = list_candidates(root, bundle.language).candidates
-        plan = plan_probes(candidates, known, bundle.name)
-        check_plan_agrees(shown_plan.stdout, plan)
-        if plan.rejected:
-            raise Unexpected(f"{bundle.name}: rejected {[c.rel_path for c in plan.rejected]}")
-        records = [ArtifactRecord(artifact=record) for _candidate, record in plan.cached]
-        revision = listing_revision(candidates)
-        records += [self.probe(bundle, candidate, revision) for candidate in plan.probe]
-        return ProbedBundle(bundle=bundle, plan=plan, records=records)
+        planned = self.run(steps.plan(self.store or NothingKnown(), spec, listed))
+        check_plan_agrees(shown_plan.stdout, planned.plan)
+        if planned.plan.rejected:
+            raise Unexpected(
+                f"{bundle.name}: rejected {[c.rel_path for c in planned.plan.rejected]}"
+            )
+        probed = self.run(steps.probe(self.prober, self.clock, spec, synced, planned))
+        for failure in probed.failures:
+            raise Unexpected(f"probe of {failure.rel_path} failed: {failure.reason}")
+        for accepted in probed.accepted:
+            self.show_probe(accepted)
+        return BundleRun(bundle, spec, synced, listed, planned, probed)
 
-    def probe(self, bundle: DemoBundle, candidate: Candidate, revision: str) -> ArtifactRecord:
-        root = self.bundle_dir(bundle)
-        termination_log = self.root / f"termination-{bundle.name}.json"
-        termination_log.unlink(missing_ok=True)
-        proc = self.run_cli(
-            "probe",
-            str(root / candidate.rel_path),
-            *("--language", bundle.language.value, "--bundle-root", str(root)),
-            *("--bundle-name", bundle.name, "--termination-log", str(termination_log)),
-            expect=None,
-            timeout=PROBE_TIMEOUT,
-            show=False,
-        )
-        summary = ProbeSummary.model_validate_json(termination_log.read_text(encoding="utf-8"))
-        if not summary.ok:
-            raise Unexpected(f"probe of {candidate.rel_path} failed: {summary.error}")
-        if ProbeSummary.model_validate_json(proc.stdout) != summary:
-            raise Unexpected("the probe's stdout and its termination message differ")
-        # The line after the marker counts only if its SHA-256 matches the termination message.
-        result = accept_result(proc.stderr, summary)
+    def show_probe(self, accepted: ProbeAccepted) -> None:
+        """What SubprocessProber read: the summary (termination message and stdout, equal) and
+        the result line after the marker, accepted because its SHA-256 matches the summary."""
+        self.say_command(accepted.command)
+        summary = accepted.summary
+        if summary is None:
+            raise Unexpected(f"probe of {accepted.rel_path} has no summary")
         say(
-            f"exit {proc.returncode}, status {summary.status}, schema {summary.schema_version}, "
-            f"{summary.handler_count} handler(s) in {summary.dag_count} Dag(s), "
-            f"{summary.timings.total_ms:.0f} ms",
+            f"exit {int(summary.exit_code)}, status {summary.status}, schema "
+            f"{summary.schema_version}, {summary.handler_count} handler(s) in "
+            f"{summary.dag_count} Dag(s), {summary.timings.total_ms:.0f} ms",
             4,
         )
         say(
@@ -492,20 +365,12 @@ class Demo:
             f"{(summary.result_sha256 or '')[:16]}… matches the termination message: accepted",
             4,
         )
-        for dag_id, declarations in sorted(result.task_handlers.items()):
+        for dag_id, declarations in sorted(accepted.result.task_handlers.items()):
             for declaration in declarations:
                 say(
                     f"handler {dag_id}.{declaration.task_id}: {describe_declaration(declaration)}",
                     4,
                 )
-        artifact = TaskHandlerArtifact(
-            bundle_name=bundle.name,
-            relative_fileloc=candidate.rel_path,
-            size_bytes=candidate.size_bytes,
-            cache_digest=candidate.cache_digest,
-            task_handlers=result.task_handlers,
-        )
-        return ArtifactRecord(artifact=artifact, probed_at=datetime.now(UTC), revision=revision)
 
     # -- step 3
 
@@ -525,6 +390,7 @@ class Demo:
         )
         self.run_cli("db", "upgrade", "--url", url)
         self.database = Database(url, create_engine(url), create_sync_engine(url))
+        self.store = DatabaseStore(self.database.engine)
 
         dags = self.root / "dags"
         dags.mkdir()
@@ -541,7 +407,7 @@ class Demo:
         say(f"Added is_stub and _arg_bindings to {', '.join(STUB_ARGUMENTS)} in Airflow's row")
 
     def refresh_inventory(self) -> None:
-        delta = self.runner.run(self.inventory.refresh(self.db.engine))
+        delta = self.run(self.db_store.inventory.refresh(self.db.engine))
         say(
             f"StubInventory.refresh: {len(delta.changed)} Dag(s) read, {delta.unchanged} "
             f"unchanged, {len(delta.removed)} removed"
@@ -550,37 +416,24 @@ class Demo:
     def show_inventory(self) -> None:
         rows = [
             (dag.dag_id, stub.task_id, stub.queue, describe_arguments(stub))
-            for dag in self.inventory.dags.values()
+            for dag in self.db_store.inventory.dags.values()
             for stub in dag.stubs
         ]
         table(("DAG", "STUB", "QUEUE", "ARGUMENTS"), rows)
 
-    def write(self, probed: ProbedBundle) -> tuple[DagVerdict, PassResult]:
-        """Validate the inventory against one bundle's answers, then one write pass."""
-        bundle = probed.bundle
-        validation: ValidationResult = validate_bundle(
-            bundle_name=bundle.name,
-            queues=[bundle.queue],
-            dags=self.inventory.dags.values(),
-            artifacts=[r.artifact for r in probed.records],
-            broken=[
-                BrokenCandidate(rel_path=c.rel_path, reason=c.error or "")
-                for c in probed.plan.rejected
-            ],
-        )
-        bundle_pass = BundlePass(
-            bundle_name=bundle.name, artifacts=tuple(probed.records), verdicts=validation.verdicts
-        )
-        written = self.runner.run(write_pass(self.db.engine, bundle_pass))
-        verdict = next(v for v in validation.verdicts if v.dag_id == DAG_ID)
+    def write(self, run: BundleRun) -> tuple[DagVerdict, PassResult]:
+        """The validate and write steps of one bundle's pass (one transaction)."""
+        validated = self.run(steps.validate(self.db_store, run.spec, run.planned, run.probed))
+        written = self.run(steps.write(self.db_store, run.spec, run.probed, validated))
+        verdict = next(v for v in validated.result.verdicts if v.dag_id == DAG_ID)
         return verdict, written
 
-    def write_all(self, passes: Sequence[ProbedBundle]) -> list[tuple[DagVerdict, PassResult]]:
+    def write_all(self, passes: Sequence[BundleRun]) -> list[tuple[DagVerdict, PassResult]]:
         """Write each bundle's pass and show what it did; returns each verdict and result."""
         rows = []
         outcomes = []
-        for probed in passes:
-            verdict, written = self.write(probed)
+        for run in passes:
+            verdict, written = self.write(run)
             outcomes.append((verdict, written))
             if verdict.bindings is None:
                 outcome = f"{len(verdict.errors)} error(s): rows kept"
@@ -588,8 +441,8 @@ class Demo:
                 outcome = f"{len(verdict.bindings)} stub(s) bound"
             rows.append(
                 (
-                    probed.bundle.name,
-                    probed.bundle.queue,
+                    run.bundle.name,
+                    run.bundle.queue,
                     outcome,
                     f"{written.artifacts_inserted}/{written.artifacts_updated}",
                     f"{written.bindings_inserted}/{written.bindings_updated}"
@@ -631,7 +484,8 @@ class Demo:
     # -- step 4
 
     def scheduler(self) -> None:
-        stubs = {(d.dag_id, s.task_id) for d in self.inventory.dags.values() for s in d.stubs}
+        dags = self.db_store.inventory.dags.values()
+        stubs = {(d.dag_id, s.task_id) for d in dags for s in d.stubs}
         payloads = [execute_task(task_id, queue) for task_id, queue in WORKLOAD_TASKS]
         with self.db.sync_engine.connect() as conn:
             refs = resolve_task_handlers_sync(conn, stubs)
@@ -669,7 +523,7 @@ class Demo:
 
     # -- step 6
 
-    def problems(self, bundle: DemoBundle) -> list[str]:
+    def problems(self, bundle: ExampleBundle) -> list[str]:
         p = problem_table
         query = (
             select(p.c.severity, p.c.kind, p.c.message)
@@ -699,48 +553,11 @@ class Demo:
                 shutil.rmtree(self.root, ignore_errors=True)
 
 
-def check_plan_agrees(output: str, plan: ProbePlan[TaskHandlerArtifact]) -> None:
+def check_plan_agrees(output: str, plan: ProbePlan[Any]) -> None:
     match = re.search(r"^(\d+) cached, (\d+) to probe, (\d+) rejected", output, re.M)
     wanted = (len(plan.cached), len(plan.probe), len(plan.rejected))
     if match is None or tuple(int(n) for n in match.groups()) != wanted:
         raise Unexpected(f"`plan` and the in-process planner disagree (planner: {wanted})")
-
-
-def listing_revision(candidates: Sequence[Candidate]) -> str:
-    """A stand-in for a source revision (there is no source sync yet): a digest of the listing."""
-    digest = hashlib.sha256()
-    for c in sorted(candidates, key=lambda c: c.rel_path):
-        digest.update(f"{c.rel_path}\0{c.size_bytes}\0{c.cache_digest}\n".encode())
-    return f"listing:{digest.hexdigest()[:12]}"
-
-
-# The payloads a scheduler builds for one run of the Dag; `notify` is an ordinary task.
-WORKLOAD_TASKS: Final = (
-    ("extract", "go"),
-    ("transform", "java"),
-    ("publish", "typescript"),
-    ("notify", "default"),
-)
-
-
-def execute_task(task_id: str, queue: str) -> dict[str, Any]:
-    """An ``ExecuteTask`` workload shaped as Airflow's scheduler sends it (abridged)."""
-    run_id = "manual__2026-01-01T00:00:00+00:00"
-    return {
-        "type": "ExecuteTask",
-        "ti": {
-            "id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"{DAG_ID}/{run_id}/{task_id}")),
-            "dag_id": DAG_ID,
-            "task_id": task_id,
-            "run_id": run_id,
-            "try_number": 1,
-            "map_index": -1,
-            "queue": queue,
-        },
-        "dag_rel_path": DAG_FILE,
-        "bundle_info": {"name": "dags-folder", "version": None},
-        "log_path": f"dag_id={DAG_ID}/run_id={run_id}/task_id={task_id}/attempt=1.log",
-    }
 
 
 # --- the steps ------------------------------------------------------------------------------
@@ -751,8 +568,8 @@ def run_demo(demo: Demo) -> None:
         demo.build_bundles()
 
     with demo.step("2. inspect, plan (nothing known yet) and probe each bundle with the CLI"):
-        first = [demo.probe_pass(b, known_from_db=False, inspect=True) for b in BUNDLES]
-        if any(p.plan.cached or len(p.plan.probe) != 1 for p in first):
+        first = [demo.probe_pass(b, inspect=True) for b in BUNDLES]
+        if any(p.planned.plan.cached or len(p.planned.plan.probe) != 1 for p in first):
             raise Unexpected("with no known artifacts every artifact must be probed")
 
     with demo.step("3. PostgreSQL with Airflow's schema: inventory, validation, write pass"):
@@ -773,8 +590,8 @@ def run_demo(demo: Demo) -> None:
 
     with demo.step("5. Second pass, nothing changed: every artifact cached, nothing written"):
         demo.refresh_inventory()
-        second = [demo.probe_pass(b, known_from_db=True) for b in BUNDLES]
-        if any(p.plan.probe or len(p.plan.cached) != 1 for p in second):
+        second = [demo.probe_pass(b) for b in BUNDLES]
+        if any(p.planned.plan.probe or len(p.planned.plan.cached) != 1 for p in second):
             raise Unexpected("an unchanged bundle must reuse its stored answer")
         say("Validation and write pass per bundle:")
         total = sum(written.rows_written for _verdict, written in demo.write_all(second))
@@ -793,8 +610,8 @@ def run_demo(demo: Demo) -> None:
             f"{DAG_ID}.publish_report instead of {DAG_ID}.publish"
         )
         demo.refresh_inventory()
-        changed = demo.probe_pass(typescript, known_from_db=True)
-        if len(changed.plan.probe) != 1:
+        changed = demo.probe_pass(typescript)
+        if len(changed.planned.plan.probe) != 1:
             raise Unexpected("the changed artifact must be probed again")
         say("Validation and write pass:")
         [(verdict, _written)] = demo.write_all([changed])

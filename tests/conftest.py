@@ -6,8 +6,8 @@ from __future__ import annotations
 # Kubernetes control plane with its process node, the language-runtime builds, and the
 # servers sources are synced from (git over HTTP and SSH, static files, S3).
 pytest_plugins = [
-    "tests.fixtures.postgres",
+    "tests.fixtures.postgres_plugin",
     "tests.fixtures.kube",
-    "tests.fixtures.runtimes",
+    "tests.fixtures.runtimes_plugin",
     "tests.fixtures.sources",
 ]

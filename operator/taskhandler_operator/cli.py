@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "taskhandler_operator.artifacts.commands",
     "taskhandler_operator.protocol.commands",
     "taskhandler_operator.db.commands",
+    "taskhandler_operator.kube.commands",
     "taskhandler_operator.sources.commands",
 )
 

@@ -5,9 +5,17 @@ SQLAlchemy) needs only SQLAlchemy and pydantic. Everything here reads the Airflo
 binding tables, plus ``thop_bundle_problem`` to say why a stub has no binding.
 
 * :func:`resolve_task_handlers` / :func:`resolve_task_handlers_sync` map many
-  ``(dag_id, task_id)`` pairs to :class:`TaskHandlerArtifactRef` in one round trip per
-  ``chunk_size`` pairs. The pairs travel as two array parameters; a ``LATERAL`` lookup per
-  pair makes PostgreSQL use the binding table's primary key whatever the batch size.
+  ``(dag_id, task_id)`` pairs to :class:`TaskHandlerArtifactRef` in one statement per
+  ``chunk_size`` pairs, after one catalog lookup per call (see the handover below). The pairs
+  travel as two array parameters; a ``LATERAL`` lookup per pair makes PostgreSQL use the
+  binding table's primary key whatever the batch size.
+* Routing, as Airflow's scheduler does it: given ``routed_queues`` (the keys of
+  ``[sdk] queue_to_coordinator``), only tasks whose queue is routed are looked up, a task
+  without a queue being on ``default_queue``. Without ``routed_queues`` every pair is resolved
+  and the filtering is the caller's.
+* A pending ``db handover`` (rows held in ``thop_handover_*`` while Airflow's migration creates
+  its own tables) is followed: one catalog lookup per call finds where the rows are, so the
+  references stay the same before, during and after the handover.
 * :func:`attach_task_handlers` puts the references on ``ExecuteTask``-shaped payloads (as
   ``task_handler_artifact``) and lists the stub tasks that have none.
 * :func:`explain_unbound` / :func:`explain_unbound_sync` give the reason for those, in words a
@@ -16,13 +24,18 @@ binding tables, plus ``thop_bundle_problem`` to say why a stub has no binding.
 
 Example (sync, inside Airflow's scheduler session)::
 
-    refs = resolve_task_handlers_sync(session, [(ti.dag_id, ti.task_id) for ti in stubs])
-    result = attach_task_handlers(payloads, refs, stub_keys={(t.dag_id, t.task_id) for t in stubs})
+    routed = routed_queues_from_config(conf.get("sdk", "queue_to_coordinator", fallback=None))
+    tasks = [(ti.dag_id, ti.task_id, ti.queue) for ti in stubs]
+    refs = resolve_task_handlers_sync(session, tasks, routed_queues=routed)
+    result = attach_task_handlers(
+        payloads, refs, stub_keys={(t.dag_id, t.task_id) for t in stubs}, routed_queues=routed
+    )
     reasons = explain_unbound_sync(session, result.unbound)
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -35,19 +48,97 @@ from sqlalchemy.sql import Select
 
 from taskhandler_operator.db.engine import connection, translate_errors_sync
 from taskhandler_operator.db.tables import (
+    BINDING_TABLE,
+    HOLD_BINDING_TABLE,
     artifact_table,
     binding_table,
+    held_artifact_table,
+    held_binding_table,
     probe_table,
     problem_table,
 )
-from taskhandler_operator.protocol.messages import BundleInfo, TaskHandlerArtifactRef
+from taskhandler_operator.records import BundleInfo, TaskHandlerArtifactRef
+
+# The scheduler's API; the reference types are re-exported so a caller needs this module only.
+__all__ = [
+    "DEFAULT_CHUNK_SIZE",
+    "WORKLOAD_FIELD",
+    "AttachResult",
+    "BundleInfo",
+    "TaskHandlerArtifactRef",
+    "TaskKey",
+    "attach_task_handlers",
+    "explain_unbound",
+    "explain_unbound_sync",
+    "kept_dag_reason",
+    "no_record_reason",
+    "resolve_statement",
+    "resolve_task_handlers",
+    "resolve_task_handlers_sync",
+    "workload_key",
+]
 
 TaskKey = tuple[str, str]
+#: A task to look up: ``(dag_id, task_id)`` or ``(dag_id, task_id, queue)``. A missing, None or
+#: empty queue is the default queue, as for an Airflow task instance.
+TaskLookup = tuple[str, str] | tuple[str, str, str | None]
 
 #: Pairs per statement: 10,000 pairs are two arrays of about 300 KB, one round trip.
 DEFAULT_CHUNK_SIZE = 10_000
 #: The ``ExecuteTask``/``StartupDetails`` field of ADR-0013 Design B.
 WORKLOAD_FIELD = "task_handler_artifact"
+#: Airflow's ``[operators] default_queue`` default.
+DEFAULT_QUEUE = "default"
+
+
+# --- routing -----------------------------------------------------------------------------------
+
+
+def routed_queues_from_config(value: str | None) -> frozenset[str]:
+    """The queues ``[sdk] queue_to_coordinator`` routes to a coordinator (its keys).
+
+    ``value`` is the option's JSON text (``conf.get("sdk", "queue_to_coordinator")``); unset or
+    empty routes nothing, as in Airflow. Anything else than a JSON object of strings is a
+    ``ValueError`` with a one-line message.
+    """
+    if value is None or not value.strip():
+        return frozenset()
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"[sdk] queue_to_coordinator is not JSON: {exc}") from None
+    if not isinstance(parsed, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in parsed.items()
+    ):
+        raise ValueError(
+            "[sdk] queue_to_coordinator must be a JSON object mapping queue names to "
+            "coordinator keys"
+        )
+    return frozenset(parsed)
+
+
+def task_queue(task: TaskLookup, default_queue: str = DEFAULT_QUEUE) -> str:
+    """The queue Airflow routes ``task`` by: its own, else the default queue."""
+    queue = task[2] if len(task) > 2 else None
+    return queue or default_queue
+
+
+def routed_keys(
+    tasks: Iterable[TaskLookup],
+    routed_queues: Collection[str] | None,
+    default_queue: str = DEFAULT_QUEUE,
+) -> list[TaskKey]:
+    """The distinct ``(dag_id, task_id)`` Airflow's scheduler would look up, in input order.
+
+    ``routed_queues=None`` means "no routing given": every task is kept. An empty collection
+    routes nothing (Airflow with ``queue_to_coordinator`` unset resolves no stub).
+    """
+    keys = (
+        (str(task[0]), str(task[1]))
+        for task in tasks
+        if routed_queues is None or task_queue(task, default_queue) in routed_queues
+    )
+    return list(dict.fromkeys(keys))
 
 
 def _pairs_table() -> Any:
@@ -62,16 +153,17 @@ def _pairs_table() -> Any:
     )
 
 
-def resolve_statement(*, pin_version: bool = False) -> Select[Any]:
+def resolve_statement(*, pin_version: bool = False, held: bool = False) -> Select[Any]:
     """One row per requested pair that has a binding.
 
     ``pin_version`` also returns the source revision the artifact was probed at, for
     deployments whose Airflow artifact bundle is versioned by the same revisions (a git
-    source and a ``GitDagBundle`` of the same repository).
+    source and a ``GitDagBundle`` of the same repository). ``held`` reads the tables a pending
+    ``db handover`` keeps the rows in.
     """
     wanted = _pairs_table()
-    b = binding_table
-    a = artifact_table
+    b: Any = held_binding_table if held else binding_table
+    a: Any = held_artifact_table if held else artifact_table
     columns = [b.c.dag_id, b.c.task_id, a.c.bundle_name, a.c.relative_fileloc]
     lookup = select(*columns).join(a, a.c.id == b.c.artifact_id)
     if pin_version:
@@ -86,6 +178,29 @@ def resolve_statement(*, pin_version: bool = False) -> Select[Any]:
         .lateral("found")
     )
     return select(found).select_from(wanted).join(found, true())
+
+
+def _sources_statement() -> Select[bool, bool]:
+    name = bindparam("binding", type_=Text())
+    held = bindparam("held", type_=Text())
+    return select(
+        func.to_regclass(name).is_not(None).label("airflow"),
+        func.to_regclass(held).is_not(None).label("held"),
+    )
+
+
+_SOURCE_PARAMS = {"binding": BINDING_TABLE, "held": HOLD_BINDING_TABLE}
+
+
+def _statements(airflow: bool, held: bool, pin_version: bool) -> list[Select[Any]]:
+    """Where the bindings are: Airflow's tables, or while a handover is pending the holding
+    tables (both, between Airflow's migration and ``db upgrade``: Airflow's rows win)."""
+    statements = []
+    if airflow or not held:
+        statements.append(resolve_statement(pin_version=pin_version))
+    if held:
+        statements.append(resolve_statement(pin_version=pin_version, held=True))
+    return statements
 
 
 def _chunks(keys: Sequence[TaskKey], size: int) -> Iterator[dict[str, list[str]]]:
@@ -110,39 +225,53 @@ def _ref(row: Any, pin_version: bool) -> TaskHandlerArtifactRef:
 
 async def resolve_task_handlers(
     engine: AsyncEngine | AsyncConnection,
-    pairs: Iterable[TaskKey],
+    pairs: Iterable[TaskLookup],
     *,
+    routed_queues: Collection[str] | None = None,
+    default_queue: str = DEFAULT_QUEUE,
     pin_version: bool = False,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> dict[TaskKey, TaskHandlerArtifactRef]:
-    """The artifact reference of every pair that has a binding; pairs without one are absent."""
-    keys = _unique(pairs)
-    statement = resolve_statement(pin_version=pin_version)
+    """The artifact reference of every pair that has a binding; pairs without one are absent.
+
+    With ``routed_queues``, tasks on other queues are not looked up (see :func:`routed_keys`);
+    without, everything given is resolved.
+    """
+    keys = routed_keys(pairs, routed_queues, default_queue)
     refs: dict[TaskKey, TaskHandlerArtifactRef] = {}
     if not keys:
         return refs
     async with connection(engine) as conn:
+        sources = (await conn.execute(_sources_statement(), _SOURCE_PARAMS)).one()
+        statements = _statements(sources.airflow, sources.held, pin_version)
         for params in _chunks(keys, chunk_size):
-            for row in (await conn.execute(statement, params)).all():
-                refs[(row.dag_id, row.task_id)] = _ref(row, pin_version)
+            for statement in statements:
+                for row in (await conn.execute(statement, params)).all():
+                    refs.setdefault((row.dag_id, row.task_id), _ref(row, pin_version))
     return refs
 
 
 def resolve_task_handlers_sync(
     conn: Connection | Session,
-    pairs: Iterable[TaskKey],
+    pairs: Iterable[TaskLookup],
     *,
+    routed_queues: Collection[str] | None = None,
+    default_queue: str = DEFAULT_QUEUE,
     pin_version: bool = False,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> dict[TaskKey, TaskHandlerArtifactRef]:
     """:func:`resolve_task_handlers` on a sync connection or ORM session (psycopg or psycopg2)."""
-    keys = _unique(pairs)
-    statement = resolve_statement(pin_version=pin_version)
+    keys = routed_keys(pairs, routed_queues, default_queue)
     refs: dict[TaskKey, TaskHandlerArtifactRef] = {}
+    if not keys:
+        return refs
     with translate_errors_sync():
+        sources = conn.execute(_sources_statement(), _SOURCE_PARAMS).one()
+        statements = _statements(sources.airflow, sources.held, pin_version)
         for params in _chunks(keys, chunk_size):
-            for row in conn.execute(statement, params).all():
-                refs[(row.dag_id, row.task_id)] = _ref(row, pin_version)
+            for statement in statements:
+                for row in conn.execute(statement, params).all():
+                    refs.setdefault((row.dag_id, row.task_id), _ref(row, pin_version))
     return refs
 
 
@@ -168,24 +297,39 @@ def workload_key(workload: Mapping[str, Any]) -> TaskKey:
     return dag_id, task_id
 
 
+def workload_queue(workload: Mapping[str, Any], default_queue: str = DEFAULT_QUEUE) -> str:
+    """``ti.queue`` of an ``ExecuteTask``-shaped payload, the default queue when unset."""
+    ti = workload.get("ti")
+    queue = ti.get("queue") if isinstance(ti, Mapping) else None
+    if queue is not None and not isinstance(queue, str):
+        raise ValueError("workload 'ti' has a queue that is not a string")
+    return queue or default_queue
+
+
 def attach_task_handlers(
     workloads: Iterable[Mapping[str, Any]],
     refs: Mapping[TaskKey, TaskHandlerArtifactRef],
     *,
     stub_keys: Collection[TaskKey],
+    routed_queues: Collection[str] | None = None,
+    default_queue: str = DEFAULT_QUEUE,
     field: str = WORKLOAD_FIELD,
 ) -> AttachResult:
     """Copies of ``workloads`` with ``field`` set: the reference for a bound task, null for the
     rest (an ordinary task needs no artifact). Stubs in ``stub_keys`` without a reference are
-    listed in :attr:`AttachResult.unbound`."""
+    listed in :attr:`AttachResult.unbound`.
+
+    With ``routed_queues``, a workload whose ``ti.queue`` is not routed gets null and is never
+    listed as unbound: Airflow's scheduler does not look such a stub up."""
     out: list[dict[str, Any]] = []
     unbound: list[TaskKey] = []
     for workload in workloads:
         key = workload_key(workload)
-        ref = refs.get(key)
+        routed = routed_queues is None or workload_queue(workload, default_queue) in routed_queues
+        ref = refs.get(key) if routed else None
         payload = dict(workload)
         payload[field] = ref.model_dump(mode="json") if ref is not None else None
-        if ref is None and key in stub_keys:
+        if ref is None and routed and key in stub_keys:
             unbound.append(key)
         out.append(payload)
     return AttachResult(workloads=out, unbound=unbound)

@@ -22,38 +22,24 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from taskhandler_operator.db.arg_bindings import LiteralArgBinding, XComArgBinding, is_passed
-from taskhandler_operator.db.serialized import DagStubs, ReadProblem, StubTask
-from taskhandler_operator.protocol.messages import (
+from taskhandler_operator.airflow.arg_bindings import LiteralArgBinding, XComArgBinding, is_passed
+from taskhandler_operator.airflow.serialized import DagReadProblem, DagStubs, StubTask
+from taskhandler_operator.records import (
     ArgValueSchema,
+    BundleProblem,
+    ProblemKind,
+    Severity,
     TaskHandlerArtifact,
     TaskHandlerBinding,
     TaskHandlerDeclaration,
     TaskHandlerParam,
 )
 
-Severity = Literal["error", "warning"]
-ProblemKind = Literal["unreadable", "unbound", "ambiguous", "arguments", "conflict"]
 ArgBinding = XComArgBinding | LiteralArgBinding
-
-
-class Problem(BaseModel):
-    """One line of a Dag's problem list; ``message`` is complete and names Dag and task."""
-
-    model_config = ConfigDict(frozen=True)
-
-    severity: Severity
-    kind: ProblemKind
-    message: str
-    dag_id: str | None = None
-    task_id: str | None = None
-    relative_fileloc: str | None = None
-    # Conflicts only: the bundle whose artifact already holds the binding.
-    other_bundle: str | None = None
 
 
 class BrokenCandidate(BaseModel):
@@ -75,8 +61,8 @@ class DagVerdict(BaseModel):
     bundle_name: str
     relative_fileloc: str
     bindings: tuple[TaskHandlerBinding, ...] | None
-    errors: tuple[Problem, ...] = ()
-    warnings: tuple[Problem, ...] = ()
+    errors: tuple[BundleProblem, ...] = ()
+    warnings: tuple[BundleProblem, ...] = ()
 
     def report(self) -> str | None:
         """One readable problem list for the Dag, or None when there is nothing to say."""
@@ -99,7 +85,7 @@ class ValidationResult(BaseModel):
     verdicts: tuple[DagVerdict, ...]
 
     @property
-    def problems(self) -> tuple[Problem, ...]:
+    def problems(self) -> tuple[BundleProblem, ...]:
         return tuple(p for v in self.verdicts for p in (*v.errors, *v.warnings))
 
     @property
@@ -150,14 +136,14 @@ class _DagChecker:
 
     def __init__(self, dag: DagStubs) -> None:
         self.dag = dag
-        self.errors: list[Problem] = []
-        self.warnings: list[Problem] = []
+        self.errors: list[BundleProblem] = []
+        self.warnings: list[BundleProblem] = []
 
     def add(self, severity: Severity, kind: ProblemKind, task_id: str | None, text: str) -> None:
         subject = f"Dag {self.dag.dag_id!r}"
         if task_id is not None:
             subject += f", task {task_id!r}"
-        problem = Problem(
+        problem = BundleProblem(
             severity=severity,
             kind=kind,
             message=f"{subject}: {text}",
@@ -223,12 +209,12 @@ def _validate_dag(
     )
 
 
-def _concerns(problem: ReadProblem, queues: frozenset[str]) -> bool:
+def _concerns(problem: DagReadProblem, queues: frozenset[str]) -> bool:
     # A problem whose queue we could not read may concern any bundle.
     return problem.queue is None or problem.queue in queues
 
 
-def _problem_order(problem: Problem) -> tuple[bool, str]:
+def _problem_order(problem: BundleProblem) -> tuple[bool, str]:
     return (problem.task_id is not None, problem.task_id or "")
 
 

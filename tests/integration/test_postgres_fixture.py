@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from psycopg import errors as pg_errors
 from psycopg.rows import TupleRow
 
-from tests.fixtures.postgres import (
+from taskhandler_operator.devenv.postgres import (
     AIRFLOW_VERSION,
     DIR_PREFIX,
     OWNER_FILE,
@@ -32,10 +32,10 @@ from tests.fixtures.postgres import (
     PostgresStartFailed,
     default_base_dir,
     ensure_airflow_venv,
-    fail_fixture_on_error,
     find_pg_bin,
     remove_stale_dirs,
 )
+from tests.fixtures.postgres_plugin import fail_fixture_on_error
 
 pytestmark = pytest.mark.integration
 
@@ -329,7 +329,7 @@ def test_taken_picked_port_is_retried_on_another(
         def picker() -> int:
             return next(ports, 0) or _free_port()
 
-        caplog.set_level(logging.WARNING, logger="tests.fixtures.postgres")
+        caplog.set_level(logging.WARNING, logger="taskhandler_operator.devenv.postgres")
         with PostgresServer(base_dir=base_dir, port_picker=picker) as server:
             assert server.port != busy
             with server.connect() as conn:

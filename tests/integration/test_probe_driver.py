@@ -27,16 +27,17 @@ import psutil
 import pytest
 
 from taskhandler_operator.cli import main
+from taskhandler_operator.devenv.packers import write_go_bundle, write_jar, write_typescript_bundle
+from taskhandler_operator.devenv.runtimes import JAVA_MAIN_CLASS, LANGUAGES, PID_FILE_ENV
+from taskhandler_operator.limits import MAX_SUMMARY_BYTES
 from taskhandler_operator.protocol.messages import TaskHandlerParsingResult
 from taskhandler_operator.protocol.summary import (
-    MAX_SUMMARY_BYTES,
     RESULT_MARKER,
     ProbeErrorKind,
     ProbeSummary,
     accept_result,
 )
-from tests.fixtures.packers import write_go_bundle, write_jar, write_typescript_bundle
-from tests.fixtures.runtimes import JAVA_MAIN_CLASS, LANGUAGES, PID_FILE_ENV, RuntimeFactory
+from tests.fixtures.runtimes_plugin import RuntimeFactory
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from taskhandler_operator.devenv.scratch import scratch_parent
 from tests.fixtures.kubecluster import podspec
 from tests.fixtures.kubecluster.logserver import tail_lines
 from tests.fixtures.kubecluster.mounttargets import MountTargets
@@ -27,7 +28,6 @@ from tests.fixtures.kubecluster.podspec import (
 )
 from tests.fixtures.kubecluster.podstatus import termination_message
 from tests.fixtures.kubecluster.volumes import prepare_volumes
-from tests.fixtures.scratch import scratch_parent
 
 VENV = Path("/opt/venv/bin")
 POD: dict[str, Any] = {

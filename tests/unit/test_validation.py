@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from taskhandler_operator.db.arg_bindings import parse_arg_bindings
-from taskhandler_operator.db.serialized import DagStubs, ReadProblem, StubTask
-from taskhandler_operator.protocol.messages import (
+from taskhandler_operator.airflow.arg_bindings import parse_arg_bindings
+from taskhandler_operator.airflow.serialized import DagReadProblem, DagStubs, StubTask
+from taskhandler_operator.devenv.serialized_dags import literal_arg, xcom_arg
+from taskhandler_operator.records import (
     TaskHandlerArtifact,
     TaskHandlerDeclaration,
     TaskHandlerParam,
@@ -21,7 +22,6 @@ from taskhandler_operator.validation import (
     schema_types,
     validate_bundle,
 )
-from tests.fixtures.serialized_dags import literal_arg, xcom_arg
 
 BUNDLE = "java-task-handlers"
 QUEUES = ("java",)
@@ -44,7 +44,9 @@ def stub(
     return StubTask(task_id=task_id, queue=queue, arg_bindings=parsed.bindings, mapped=mapped)
 
 
-def dag(*stubs: StubTask, dag_id: str = "etl", problems: tuple[ReadProblem, ...] = ()) -> DagStubs:
+def dag(
+    *stubs: StubTask, dag_id: str = "etl", problems: tuple[DagReadProblem, ...] = ()
+) -> DagStubs:
     return DagStubs(
         dag_id=dag_id,
         bundle_name="dags-folder",
@@ -509,7 +511,7 @@ def test_fold_name() -> None:
 
 
 def test_read_problem_on_our_queue_blocks_the_dag() -> None:
-    problem = ReadProblem(
+    problem = DagReadProblem(
         message="_arg_bindings is a string, expected a list", task_id="t", queue="java"
     )
     v = verdict_of(dag(stub("other"), problems=(problem,)), artifact("x", handler("other", [])))
@@ -518,19 +520,19 @@ def test_read_problem_on_our_queue_blocks_the_dag() -> None:
 
 
 def test_read_problem_on_another_queue_is_ignored() -> None:
-    problem = ReadProblem(message="odd", task_id="t", queue="go")
+    problem = DagReadProblem(message="odd", task_id="t", queue="go")
     v = verdict_of(dag(problems=(problem,)))
     assert v.errors == () and v.bindings == ()
 
 
 def test_read_problem_with_unknown_queue_concerns_every_bundle() -> None:
-    problem = ReadProblem(message="the serialized Dag has no 'dag' object")
+    problem = DagReadProblem(message="the serialized Dag has no 'dag' object")
     v = verdict_of(dag(problems=(problem,)))
     assert error_texts(v) == ["Dag 'etl': the serialized Dag has no 'dag' object"]
 
 
 def test_report_lists_dag_problems_first_then_tasks_in_order() -> None:
-    problems = (ReadProblem(message="tasks[3] is a string, expected an operator"),)
+    problems = (DagReadProblem(message="tasks[3] is a string, expected an operator"),)
     v = verdict_of(dag(stub("b"), stub("a"), problems=problems))
     assert v.report() == (
         "Stub tasks in etl.py do not match their task handlers:\n"

@@ -128,7 +128,7 @@ def run_plan(args: argparse.Namespace) -> int:
 
     from taskhandler_operator.artifacts.listing import list_candidates
     from taskhandler_operator.artifacts.planner import plan_probes
-    from taskhandler_operator.protocol.messages import TaskHandlerArtifact
+    from taskhandler_operator.records import TaskHandlerArtifact
 
     known: list[TaskHandlerArtifact] = []
     if args.known is not None:

@@ -35,14 +35,12 @@ from taskhandler_operator.artifacts.models import (
     normalize_cache_digest,
     verify_path,
 )
+from taskhandler_operator.limits import GO_MAX_METADATA_BYTES
 
 FOOTER_MAGIC = b"AFBNDL01"
 FOOTER_SIZE = 64
 FOOTER_VERSION = 1
 TRAILER = struct.Struct("<III32s12s8s")
-# The format caps nothing below 4 GiB; this cap keeps a hostile bundle from making
-# the operator parse an arbitrarily large YAML document.
-MAX_METADATA_BYTES = 1 << 20
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 # libyaml when present: several times faster on the listing path.
@@ -155,7 +153,7 @@ def read_candidate(f: OpenFile, rel_path: str) -> Candidate | None:
 
 def _listing_digest(f: OpenFile, trailer: Trailer) -> str | None:
     start = trailer.metadata_start(f.size)
-    if trailer.metadata_len == 0 or trailer.metadata_len > MAX_METADATA_BYTES or start < 0:
+    if trailer.metadata_len == 0 or trailer.metadata_len > GO_MAX_METADATA_BYTES or start < 0:
         return None
     try:
         metadata = parse_metadata(f.read_at(start, trailer.metadata_len))
@@ -197,10 +195,10 @@ def verify_open(f: OpenFile, name: str) -> VerifiedArtifact:
         raise fail("binary region is empty")
     if not is_executable(f.mode):
         raise ArtifactVerificationError(not_executable_message(name))
-    if trailer.metadata_len > MAX_METADATA_BYTES:
+    if trailer.metadata_len > GO_MAX_METADATA_BYTES:
         raise fail(
             f"metadata region is {trailer.metadata_len} bytes, more than the "
-            f"{MAX_METADATA_BYTES}-byte limit"
+            f"{GO_MAX_METADATA_BYTES}-byte limit"
         )
 
     binary_digest = _sha256_range(f, 0, source_start)

@@ -28,14 +28,10 @@ from taskhandler_operator.artifacts.models import (
     check_schema_version,
     normalize_cache_digest,
 )
+from taskhandler_operator.limits import JAVA_MAX_MANIFEST_BYTES, JAVA_MAX_UNCOMPRESSED_BYTES
 
 SUFFIX = ".jar"
 MANIFEST_NAME = b"META-INF/MANIFEST.MF"
-# A manifest is a few hundred bytes; signed JARs list per-entry digests and can reach
-# hundreds of kilobytes. Larger is treated as unreadable, before inflating anything.
-MAX_MANIFEST_BYTES = 4 << 20
-# Verification inflates every entry to check its CRC-32; refuse archives declaring more.
-MAX_UNCOMPRESSED_BYTES = 4 << 30
 
 MAIN_CLASS = "main-class"
 SCHEMA_VERSION = "airflow-supervisor-schema-version"
@@ -197,10 +193,13 @@ def read_manifest_bytes(f: OpenFile) -> bytes:
     if entry.method not in (_STORED, _DEFLATED):
         raise ZipFormatError(f"the manifest uses unsupported compression method {entry.method}")
     # Cap by the declared sizes before inflating anything (zip bombs).
-    if entry.size > MAX_MANIFEST_BYTES or entry.compressed_size > MAX_MANIFEST_BYTES + 1024:
+    if (
+        entry.size > JAVA_MAX_MANIFEST_BYTES
+        or entry.compressed_size > JAVA_MAX_MANIFEST_BYTES + 1024
+    ):
         raise ZipFormatError(
             f"the manifest declares {entry.size} bytes, more than the "
-            f"{MAX_MANIFEST_BYTES}-byte limit"
+            f"{JAVA_MAX_MANIFEST_BYTES}-byte limit"
         )
     local = f.read_at(entry.local_offset, _LOCAL.size)
     if len(local) != _LOCAL.size or local[:4] != _LOCAL_SIG:
@@ -216,7 +215,7 @@ def read_manifest_bytes(f: OpenFile) -> bytes:
         inflater = zlib.decompressobj(-zlib.MAX_WBITS)
         try:
             # Never produce more than the cap, whatever the entry claims (zip bombs).
-            content = inflater.decompress(data, MAX_MANIFEST_BYTES + 1)
+            content = inflater.decompress(data, JAVA_MAX_MANIFEST_BYTES + 1)
         except zlib.error as exc:
             raise ZipFormatError(f"the manifest does not inflate ({exc})") from None
         if not inflater.eof:
@@ -379,10 +378,10 @@ def _check_entries(f: OpenFile, fail: Callable[[str], ArtifactVerificationError]
         with os.fdopen(os.dup(f.fd), "rb") as handle, zipfile.ZipFile(handle) as archive:
             infos = archive.infolist()
             declared = sum(info.file_size for info in infos)
-            if declared > MAX_UNCOMPRESSED_BYTES:
+            if declared > JAVA_MAX_UNCOMPRESSED_BYTES:
                 raise fail(
                     f"entries declare {declared} uncompressed bytes, more than the "
-                    f"{MAX_UNCOMPRESSED_BYTES}-byte limit"
+                    f"{JAVA_MAX_UNCOMPRESSED_BYTES}-byte limit"
                 )
             for info in infos:
                 current = info.filename

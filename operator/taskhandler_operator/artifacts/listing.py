@@ -19,6 +19,7 @@ from pathlib import Path
 
 from taskhandler_operator.artifacts import go, java, typescript
 from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile
+from taskhandler_operator.limits import LISTING_CACHE_MAX_ENTRIES
 
 Reader = Callable[[OpenFile, str], Candidate | None]
 
@@ -39,7 +40,7 @@ def _may_be_artifact(language: Language, name: str, size: int) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class Problem:
+class ListingProblem:
     """Something in the tree the listing refused or could not read; worth telling the user."""
 
     rel_path: str
@@ -60,7 +61,7 @@ class WalkedFile:
 @dataclass
 class Walk:
     files: list[WalkedFile] = field(default_factory=list)
-    problems: list[Problem] = field(default_factory=list)
+    problems: list[ListingProblem] = field(default_factory=list)
 
 
 def walk_files(root: Path) -> Walk:
@@ -71,7 +72,7 @@ def walk_files(root: Path) -> Walk:
     return walk
 
 
-def _walk(root: Path, problems: list[Problem]) -> Iterator[WalkedFile]:
+def _walk(root: Path, problems: list[ListingProblem]) -> Iterator[WalkedFile]:
     root_stat = root.stat()
     seen_dirs = {(root_stat.st_dev, root_stat.st_ino)}
     seen_files: set[tuple[int, int]] = set()
@@ -98,19 +99,23 @@ def _walk(root: Path, problems: list[Problem]) -> Iterator[WalkedFile]:
         # sockets, FIFOs and devices are never artifacts
 
 
-def _entries(directory: str, prefix: str, problems: list[Problem]) -> Iterator[tuple[str, str]]:
+def _entries(
+    directory: str, prefix: str, problems: list[ListingProblem]
+) -> Iterator[tuple[str, str]]:
     try:
         with os.scandir(directory) as scan:
             entries = sorted((entry.name, entry.path) for entry in scan)
     except OSError as exc:
-        problems.append(Problem(prefix.rstrip("/") or ".", f"cannot read this folder: {exc}"))
+        problems.append(
+            ListingProblem(prefix.rstrip("/") or ".", f"cannot read this folder: {exc}")
+        )
         return
     for name, path in entries:
         yield path, prefix + name
 
 
 def _resolve(
-    root: Path, entry_path: str, rel_path: str, problems: list[Problem]
+    root: Path, entry_path: str, rel_path: str, problems: list[ListingProblem]
 ) -> tuple[str, os.stat_result] | None:
     """(real path, stat) of an entry, following a symlink only when it stays in the root."""
     try:
@@ -122,11 +127,13 @@ def _resolve(
     try:
         target = Path(entry_path).resolve(strict=True)
     except (OSError, RuntimeError) as exc:  # dangling, a loop, or unreadable on the way
-        problems.append(Problem(rel_path, f"symlink cannot be resolved, skipped ({exc})"))
+        problems.append(ListingProblem(rel_path, f"symlink cannot be resolved, skipped ({exc})"))
         return None
     if not target.is_relative_to(root):
         problems.append(
-            Problem(rel_path, f"symlink points outside the bundle root ({target}), not followed")
+            ListingProblem(
+                rel_path, f"symlink points outside the bundle root ({target}), not followed"
+            )
         )
         return None
     try:
@@ -155,7 +162,9 @@ class ListingCache:
     go unseen (git's "racily clean" problem). Entries are evicted least recently used.
     """
 
-    def __init__(self, max_entries: int = 100_000, racy_window_ns: int = 2_000_000_000) -> None:
+    def __init__(
+        self, max_entries: int = LISTING_CACHE_MAX_ENTRIES, racy_window_ns: int = 2_000_000_000
+    ) -> None:
         self.max_entries = max_entries
         self.racy_window_ns = racy_window_ns
         self._answers: OrderedDict[_CacheKey, _CachedAnswer] = OrderedDict()
@@ -208,7 +217,7 @@ class ListingStats:
 @dataclass
 class ListingResult:
     candidates: list[Candidate]
-    problems: list[Problem]
+    problems: list[ListingProblem]
     stats: ListingStats
 
 
@@ -225,7 +234,7 @@ def list_candidates(
         raise NotADirectoryError(f"{root} is not a folder")
     reader = READERS[language]
     stats = ListingStats()
-    problems: list[Problem] = []
+    problems: list[ListingProblem] = []
     candidates: list[Candidate] = []
     now_ns = time.time_ns()
     for item in _walk(real_root, problems):

@@ -17,9 +17,7 @@ from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
 
-# Width of ``lang_sdk_task_handler_artifact.cache_digest``; a longer stored digest
-# cannot be recorded, so it is treated as absent (the artifact is then probed every time).
-MAX_CACHE_DIGEST_LENGTH = 128
+from taskhandler_operator.limits import CACHE_DIGEST_LENGTH
 
 # Chunk size for streaming hashes: large enough to amortise syscalls, small enough
 # to keep memory flat whatever the artifact size.
@@ -66,7 +64,7 @@ class VerifiedArtifact:
 
 def normalize_cache_digest(value: object) -> str | None:
     """A stored digest usable for the fast path, or None (absent, empty or too long)."""
-    if not isinstance(value, str) or not value or len(value) > MAX_CACHE_DIGEST_LENGTH:
+    if not isinstance(value, str) or not value or len(value) > CACHE_DIGEST_LENGTH:
         return None
     return value
 

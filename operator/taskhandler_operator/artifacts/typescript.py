@@ -31,15 +31,17 @@ from taskhandler_operator.artifacts.models import (
     check_schema_version,
     verify_path,
 )
+from taskhandler_operator.limits import (
+    TS_MAX_LAYOUT_LINE,
+    TS_MAX_METADATA_LINE,
+    TS_MAX_SOURCE_BYTES,
+)
 
 SUFFIX = ".min.mjs"
 LAYOUT_PREFIX = b"//# airflowBundle="
 METADATA_PREFIX = b"//# airflowMetadata="
 SOURCE_OPENER_PREFIX = b"/*# airflowSource:"
 SOURCE_CLOSER = b"\n#*/\n"
-MAX_LAYOUT_LINE = 4096
-MAX_METADATA_LINE = 1 << 20
-MAX_SOURCE_BYTES = 1 << 20
 SUPPORTED_MAJOR = 1
 
 # Most layout lines are a few hundred bytes: read this much first, the rest only if needed.
@@ -94,14 +96,14 @@ def read_layout_line(f: OpenFile) -> bytes | None:
         return None
     end = head.find(b"\n")
     if end < 0 and len(head) == _FIRST_READ:
-        head += f.read_at(_FIRST_READ, MAX_LAYOUT_LINE - _FIRST_READ)
+        head += f.read_at(_FIRST_READ, TS_MAX_LAYOUT_LINE - _FIRST_READ)
         end = head.find(b"\n")
     if end < 0:
-        if len(head) >= MAX_LAYOUT_LINE:
-            raise LayoutError(f"the layout line is longer than {MAX_LAYOUT_LINE} bytes")
+        if len(head) >= TS_MAX_LAYOUT_LINE:
+            raise LayoutError(f"the layout line is longer than {TS_MAX_LAYOUT_LINE} bytes")
         raise LayoutError("the layout line has no terminating newline")
-    if end + 1 > MAX_LAYOUT_LINE:
-        raise LayoutError(f"the layout line is longer than {MAX_LAYOUT_LINE} bytes")
+    if end + 1 > TS_MAX_LAYOUT_LINE:
+        raise LayoutError(f"the layout line is longer than {TS_MAX_LAYOUT_LINE} bytes")
     return head[: end + 1]
 
 
@@ -182,8 +184,8 @@ def parse_layout(line: bytes, file_size: int) -> Layout:
         raise LayoutError(
             f"layout metadata.start is {metadata.start}, the metadata line puts it at {expected}"
         )
-    if metadata.end - metadata.start + len(METADATA_PREFIX) + 1 > MAX_METADATA_LINE:
-        raise LayoutError(f"the metadata line is longer than {MAX_METADATA_LINE} bytes")
+    if metadata.end - metadata.start + len(METADATA_PREFIX) + 1 > TS_MAX_METADATA_LINE:
+        raise LayoutError(f"the metadata line is longer than {TS_MAX_METADATA_LINE} bytes")
     cursor = metadata.end + 1  # past the metadata line's newline
     for source in sources:
         expected = cursor + len(source.opener)
@@ -192,9 +194,9 @@ def parse_layout(line: bytes, file_size: int) -> Layout:
                 f"layout source {source.path!r} starts at {source.region.start}, "
                 f"its opener puts it at {expected}"
             )
-        if source.region.end - source.region.start > MAX_SOURCE_BYTES:
+        if source.region.end - source.region.start > TS_MAX_SOURCE_BYTES:
             raise LayoutError(
-                f"layout source {source.path!r} is longer than {MAX_SOURCE_BYTES} bytes"
+                f"layout source {source.path!r} is longer than {TS_MAX_SOURCE_BYTES} bytes"
             )
         cursor = source.region.end + len(SOURCE_CLOSER)
     if code.start != cursor:

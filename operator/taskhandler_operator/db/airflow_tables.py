@@ -21,20 +21,27 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
+from taskhandler_operator.limits import ID_LENGTH, MD5_HEX_LENGTH, PATH_LENGTH, REVISION_LENGTH
+
 airflow_metadata = MetaData()
 
+# Airflow 3.x models/dagbundle.py: version is the bundle's current version (a git commit sha
+# for GitDagBundle, NULL for unversioned bundles), active false once it left the configuration.
 dag_bundle = Table(
     "dag_bundle",
     airflow_metadata,
-    Column("name", String(250), primary_key=True),
+    Column("name", String(ID_LENGTH), primary_key=True),
+    Column("active", Boolean),
+    Column("version", String(REVISION_LENGTH)),
+    Column("last_refreshed", DateTime(timezone=True)),
 )
 
 dag = Table(
     "dag",
     airflow_metadata,
-    Column("dag_id", String(250), primary_key=True),
-    Column("bundle_name", String(250), nullable=False),
-    Column("relative_fileloc", String(2000)),
+    Column("dag_id", String(ID_LENGTH), primary_key=True),
+    Column("bundle_name", String(ID_LENGTH), nullable=False),
+    Column("relative_fileloc", String(PATH_LENGTH)),
     Column("is_stale", Boolean, nullable=False),
 )
 
@@ -42,7 +49,7 @@ dag_version = Table(
     "dag_version",
     airflow_metadata,
     Column("id", Uuid, primary_key=True),
-    Column("dag_id", String(250), nullable=False),
+    Column("dag_id", String(ID_LENGTH), nullable=False),
     Column("version_number", Integer, nullable=False),
 )
 
@@ -50,10 +57,10 @@ serialized_dag = Table(
     "serialized_dag",
     airflow_metadata,
     Column("id", Uuid, primary_key=True),
-    Column("dag_id", String(250), nullable=False),
+    Column("dag_id", String(ID_LENGTH), nullable=False),
     Column("data", JSONB),
     Column("data_compressed", LargeBinary),
-    Column("dag_hash", String(32), nullable=False),
+    Column("dag_hash", String(MD5_HEX_LENGTH), nullable=False),
     Column("dag_version_id", Uuid, nullable=False),
     Column("last_updated", DateTime(timezone=True), nullable=False),
 )

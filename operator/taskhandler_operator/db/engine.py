@@ -7,6 +7,8 @@ driver's and SQLAlchemy's exceptions into three kinds a caller can act on:
   mid-transaction. The transaction did not commit; retry later with backoff.
 * :class:`TransactionConflict`: PostgreSQL aborted the transaction to resolve a deadlock or a
   serialization failure. Nothing was committed; retrying at once is fine.
+* :class:`PermissionDenied`: the role lacks a grant (or does not own a table it alters); not
+  retryable, the message names what was refused.
 * anything else propagates unchanged: a bug or a schema problem, retrying will not help.
 """
 
@@ -22,14 +24,14 @@ from sqlalchemy import create_engine as create_sync_engine_sa
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from taskhandler_operator.db import URL_ENV as URL_ENV
-
 DRIVER = "postgresql+psycopg"
 DEFAULT_CONNECT_TIMEOUT = 10
 APPLICATION_NAME = "taskhandler-operator"
 
 # SQLSTATEs for "PostgreSQL rolled the transaction back to let another one proceed".
 _CONFLICT_SQLSTATES = frozenset({"40001", "40P01"})
+# insufficient_privilege: a missing grant, or an ALTER by a role that does not own the table.
+_PRIVILEGE_SQLSTATE = "42501"
 
 
 class DatabaseError(Exception):
@@ -48,6 +50,10 @@ class DatabaseUnavailable(RetryableDatabaseError):
 
 class TransactionConflict(RetryableDatabaseError):
     """A deadlock or serialization failure aborted the transaction; nothing was committed."""
+
+
+class PermissionDenied(DatabaseError):
+    """The role lacks a privilege the statement needs; retrying will not help."""
 
 
 class InvalidDatabaseUrl(DatabaseError, ValueError):
@@ -128,6 +134,11 @@ def classify(exc: BaseException) -> DatabaseError | None:
         detail = _first_line(exc.orig) if exc.orig is not None else _first_line(exc)
         if sqlstate in _CONFLICT_SQLSTATES:
             return TransactionConflict(f"transaction aborted by PostgreSQL ({sqlstate}): {detail}")
+        if sqlstate == _PRIVILEGE_SQLSTATE:
+            return PermissionDenied(
+                f"{detail}: the database role lacks that privilege (docs/airflow.md lists what "
+                "the migration role and the operator's role need)"
+            )
         if exc.connection_invalidated or isinstance(
             exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError
         ):

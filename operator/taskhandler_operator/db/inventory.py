@@ -9,6 +9,11 @@ relative file)`` for every live Dag, compares it with what the previous refresh 
 then fetches and parses the documents of the Dags that changed (in bounded chunks, parsed in a
 worker thread so the event loop never decodes JSON). The state lives in the
 :class:`StubInventory` object the caller keeps between passes.
+
+One inventory serves every bundle of an operator, and bundles reconcile concurrently: refreshes
+take turns (an ``asyncio.Lock``), and each publishes a new mapping instead of editing the old,
+so a pass validating against :attr:`StubInventory.dags` (in a worker thread) keeps a consistent
+snapshot while another pass refreshes.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -26,16 +32,16 @@ from sqlalchemy.dialects.postgresql import ARRAY, distinct_on
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Select
 
-from taskhandler_operator.db.airflow_tables import dag, dag_version, serialized_dag
-from taskhandler_operator.db.engine import connection
-from taskhandler_operator.db.serialized import (
+from taskhandler_operator.airflow.serialized import (
     DEFAULT_QUEUE,
+    DagReadProblem,
     DagStubs,
     DocumentError,
-    ReadProblem,
     decode_document,
     read_stubs,
 )
+from taskhandler_operator.db.airflow_tables import dag, dag_version, serialized_dag
+from taskhandler_operator.db.engine import connection
 
 log = logging.getLogger(__name__)
 
@@ -109,16 +115,22 @@ class StubInventory:
         self.default_queue = default_queue
         self.fetch_chunk = fetch_chunk
         self._seen: dict[str, _RowKey] = {}
-        self._dags: dict[str, DagStubs] = {}
+        self._dags: Mapping[str, DagStubs] = MappingProxyType({})
+        self._refreshing = asyncio.Lock()
 
     @property
     def dags(self) -> Mapping[str, DagStubs]:
-        """The inventory as of the last refresh, by dag_id."""
+        """The inventory as of the last refresh, by dag_id: an immutable snapshot that later
+        refreshes replace rather than change."""
         return self._dags
 
     async def refresh(self, engine: AsyncEngine | AsyncConnection) -> InventoryDelta:
-        """Re-read what changed since the previous refresh (everything, the first time)."""
-        async with connection(engine) as conn:
+        """Re-read what changed since the previous refresh (everything, the first time).
+
+        Concurrent callers take turns; the second one sees the first one's result and reads
+        only what changed since.
+        """
+        async with self._refreshing, connection(engine) as conn:
             return await self._refresh(conn)
 
     async def _refresh(self, conn: AsyncConnection) -> InventoryDelta:
@@ -145,12 +157,16 @@ class StubInventory:
             ]
             parsed.update(await asyncio.to_thread(_parse_rows, fetched, self.default_queue))
 
+        seen = dict(self._seen)
+        dags = dict(self._dags)
         for dag_id in removed:
-            self._seen.pop(dag_id, None)
-            self._dags.pop(dag_id, None)
+            seen.pop(dag_id, None)
+            dags.pop(dag_id, None)
         for dag_id, (key, stubs) in parsed.items():
-            self._seen[dag_id] = key
-            self._dags[dag_id] = stubs
+            seen[dag_id] = key
+            dags[dag_id] = stubs
+        self._seen = seen
+        self._dags = MappingProxyType(dags)
         # A row that vanished between the two queries is picked up by the next refresh.
         return InventoryDelta(
             changed=tuple(sorted(parsed)),
@@ -176,7 +192,7 @@ def _parse_rows(
                 bundle_name=key.bundle_name,
                 relative_fileloc=key.relative_fileloc,
                 dag_hash=dag_hash,
-                problems=(ReadProblem(message=str(exc)),),
+                problems=(DagReadProblem(message=str(exc)),),
             )
         else:
             stubs = read_stubs(

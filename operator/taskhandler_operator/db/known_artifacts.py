@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from sqlalchemy import Text, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from taskhandler_operator.db.engine import connection
-from taskhandler_operator.db.tables import artifact_table, probe_table
-from taskhandler_operator.protocol.messages import TaskHandlerArtifact
+from taskhandler_operator.db.tables import artifact_table, probe_table, stored_task_handlers
+from taskhandler_operator.records import TaskHandlerArtifact, TaskHandlers
 
 log = logging.getLogger(__name__)
+_HANDLERS: TypeAdapter[TaskHandlers] = TypeAdapter(TaskHandlers)
 
 
 class StoredArtifact(BaseModel):
@@ -45,6 +49,7 @@ async def load_stored_artifacts(
             a.c.task_handlers,
             a.c.last_probed_at,
             p.c.revision,
+            p.c.declared_task_handlers,
         )
         .outerjoin(p, p.c.artifact_id == a.c.id)
         .where(a.c.bundle_name == bindparam("bundle_name", type_=Text()))
@@ -52,6 +57,11 @@ async def load_stored_artifacts(
     )
     async with connection(engine) as conn:
         rows = (await conn.execute(query, {"bundle_name": bundle_name})).all()
+    # Declarations of a large bundle are a lot of JSON to validate: off the event loop.
+    return await asyncio.to_thread(_stored_of, bundle_name, rows)
+
+
+def _stored_of(bundle_name: str, rows: Sequence[Any]) -> list[StoredArtifact]:
     stored: list[StoredArtifact] = []
     for row in rows:
         try:
@@ -60,7 +70,7 @@ async def load_stored_artifacts(
                 relative_fileloc=row.relative_fileloc,
                 size_bytes=row.size_bytes,
                 cache_digest=row.cache_digest,
-                task_handlers=row.task_handlers,
+                task_handlers=_answer(row.task_handlers, row.declared_task_handlers),
             )
         except ValidationError as exc:
             log.warning(
@@ -76,6 +86,25 @@ async def load_stored_artifacts(
             )
         )
     return stored
+
+
+def _answer(stored: Any, declared: Any) -> Any:
+    """The answer to validate against: the runtime's own when the operator kept it and it is
+    still what the row holds (its stored form equals the row), else the row as it is.
+
+    A row rewritten since (by Airflow's Dag processor, say) no longer matches the original, and
+    an original that does not parse is ignored; either way the row speaks for itself.
+    """
+    if declared is None:
+        return stored
+    try:
+        original = _HANDLERS.validate_python(declared)
+        current = _HANDLERS.validate_python(stored)
+    except ValidationError:
+        return stored
+    if stored_task_handlers(original) != stored_task_handlers(current):
+        return stored
+    return declared
 
 
 async def load_known_artifacts(

@@ -7,16 +7,20 @@ One transaction, in this order:
 2. require Airflow's schema (``dag`` and friends): the binding table's FK points into it;
 3. compare each Airflow-named table that already exists with our model; any difference stops
    the upgrade with the differences named (:class:`SchemaMismatch`), before anything changed;
-4. run Alembic up to ``head`` with the version table ``thop_alembic_version``; revision
+4. when a handover is pending (``db handover`` ran, then Airflow's migration created its own
+   tables), move the held rows into them (:func:`taskhandler_operator.db.handover.restore`);
+5. run Alembic up to ``head`` with the version table ``thop_alembic_version``; revision
    ``thop0001`` creates only the Airflow-named tables that are missing.
 
-Running it again is a no-op. Alembic is synchronous; async callers use :func:`upgrade_async`,
-which runs the whole thing in a worker thread.
+:func:`hand_over` and :func:`undo_handover` take the same lock for ``db handover``.
+
+Running it again is a no-op. Alembic is synchronous: async callers run :func:`upgrade` in a
+worker thread (``asyncio.to_thread``).
 """
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Iterable
 from pathlib import Path
 
 from alembic import command
@@ -28,12 +32,24 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import BigInteger, Connection, bindparam, func, inspect, select
 from sqlalchemy.engine import URL
 
+from taskhandler_operator.db import handover
 from taskhandler_operator.db.airflow_tables import REQUIRED_AIRFLOW_TABLES
+from taskhandler_operator.db.catalog import (
+    compare_definitions,
+    expected_definition,
+    read_definition,
+)
 from taskhandler_operator.db.engine import (
     DatabaseError,
     create_sync_engine,
     describe,
     translate_errors_sync,
+)
+from taskhandler_operator.db.handover import (
+    HandoverPending,
+    HandoverRefused,
+    HandoverReport,
+    RestoreReport,
 )
 from taskhandler_operator.db.schema_check import check_tables, summarize
 from taskhandler_operator.db.tables import AIRFLOW_NAMED_TABLES, VERSION_TABLE, metadata
@@ -62,6 +78,8 @@ class UpgradeReport(BaseModel):
     before: str | None
     after: str | None
     adopted: tuple[str, ...]
+    # Set when this upgrade moved the rows of a handover back (see db/handover.py).
+    restored: RestoreReport | None = None
 
     @property
     def changed(self) -> bool:
@@ -75,11 +93,20 @@ class CheckReport(BaseModel):
     current: str | None
     head: str
     missing_tables: tuple[str, ...]
+    # Why the operator could not use a table (schema_check): blocks an upgrade.
     differences: dict[str, list[str]]
+    # Every difference from the exact definition, by name (catalog): for the Airflow-named
+    # tables, from Airflow's own model.
+    definition_differences: dict[str, list[str]] = {}
 
     @property
     def ok(self) -> bool:
-        return self.current == self.head and not self.missing_tables and not self.differences
+        return (
+            self.current == self.head
+            and not self.missing_tables
+            and not self.differences
+            and not self.definition_differences
+        )
 
 
 def alembic_config() -> Config:
@@ -112,12 +139,19 @@ def _require_airflow(conn: Connection, database: str) -> None:
 
 def upgrade_on(conn: Connection, *, database: str = "", revision: str = "head") -> UpgradeReport:
     """Upgrade on a connection inside a transaction the caller commits."""
-    conn.execute(
-        select(func.pg_advisory_xact_lock(bindparam("key", type_=BigInteger()))),
-        {"key": MIGRATION_LOCK_KEY},
-    )
+    _take_lock(conn)
     _require_airflow(conn, database)
     before = current_revision(conn)
+    held = handover.pending(conn)
+    if held:
+        absent = [name for name in AIRFLOW_NAMED_TABLES if not inspect(conn).has_table(name)]
+        if absent:
+            raise HandoverPending(
+                f"{database}: a handover is pending and Airflow has not created {absent[0]!r} "
+                "yet: run `airflow db migrate` with the Airflow release whose migration creates "
+                "it, then `taskhandler-operator db upgrade` again; or put the tables back with "
+                "`taskhandler-operator db handover --undo`"
+            )
     differences = check_tables(conn, AIRFLOW_NAMED_TABLES)
     if differences:
         table, found = next(iter(differences.items()))
@@ -126,6 +160,8 @@ def upgrade_on(conn: Connection, *, database: str = "", revision: str = "head") 
             "ADR-0013 Design B (see docs/database.md); fix or drop the table, then run "
             "`taskhandler-operator db upgrade` again"
         )
+    # The return path of a handover: Airflow's migration created its tables, the rows go back.
+    restored = handover.restore(conn, database) if held else None
     inspector = inspect(conn)
     adopted = tuple(
         name for name in AIRFLOW_NAMED_TABLES if before is None and inspector.has_table(name)
@@ -138,7 +174,11 @@ def upgrade_on(conn: Connection, *, database: str = "", revision: str = "head") 
         # Alembic's message already names the revision ("Can't locate revision ...").
         raise UnknownRevision(f"cannot upgrade to revision {revision!r}: {exc}") from None
     return UpgradeReport(
-        database=database, before=before, after=current_revision(conn), adopted=adopted
+        database=database,
+        before=before,
+        after=current_revision(conn),
+        adopted=adopted,
+        restored=restored,
     )
 
 
@@ -153,8 +193,52 @@ def upgrade(url: str | URL, revision: str = "head") -> UpgradeReport:
         engine.dispose()
 
 
-async def upgrade_async(url: str | URL, revision: str = "head") -> UpgradeReport:
-    return await asyncio.to_thread(upgrade, url, revision)
+def _take_lock(conn: Connection) -> None:
+    conn.execute(
+        select(func.pg_advisory_xact_lock(bindparam("key", type_=BigInteger()))),
+        {"key": MIGRATION_LOCK_KEY},
+    )
+
+
+def _require_head(conn: Connection, database: str) -> None:
+    current, head = current_revision(conn), head_revision()
+    if current != head:
+        raise HandoverRefused(
+            f"{database}: the operator's tables are at revision {current or '(none)'}, not "
+            f"{head}: run `taskhandler-operator db upgrade` first"
+        )
+
+
+def handover_on(conn: Connection, *, database: str = "") -> HandoverReport:
+    """``db handover`` on a connection inside a transaction the caller commits."""
+    _take_lock(conn)
+    _require_airflow(conn, database)
+    _require_head(conn, database)
+    return handover.hand_over(conn, database)
+
+
+def hand_over(url: str | URL) -> HandoverReport:
+    """Prepare the database for an Airflow release whose own migration creates the
+    Airflow-named tables (see :mod:`taskhandler_operator.db.handover`); one transaction."""
+    database = describe(url)
+    engine = create_sync_engine(url)
+    try:
+        with translate_errors_sync(), engine.begin() as conn:
+            return handover_on(conn, database=database)
+    finally:
+        engine.dispose()
+
+
+def undo_handover(url: str | URL) -> HandoverReport:
+    """Put the held tables back, before Airflow's migration created its own."""
+    database = describe(url)
+    engine = create_sync_engine(url)
+    try:
+        with translate_errors_sync(), engine.begin() as conn:
+            _take_lock(conn)
+            return handover.undo(conn, database)
+    finally:
+        engine.dispose()
 
 
 def downgrade(url: str | URL, revision: str) -> None:
@@ -167,6 +251,25 @@ def downgrade(url: str | URL, revision: str) -> None:
             command.downgrade(config, revision)
     finally:
         engine.dispose()
+
+
+def model_label(table: str) -> str:
+    """Whose definition a table must match, for messages."""
+    return "Airflow's model" if table in AIRFLOW_NAMED_TABLES else "the operator's model"
+
+
+def definition_differences(conn: Connection, names: Iterable[str]) -> dict[str, list[str]]:
+    """Differences of each existing table among ``names`` from its exact definition."""
+    found: dict[str, list[str]] = {}
+    for name in names:
+        observed = read_definition(conn, name)
+        if observed is None:
+            continue
+        expected = expected_definition(metadata.tables[name])
+        differences = compare_definitions(expected, observed, model_label(name))
+        if differences:
+            found[name] = differences
+    return found
 
 
 def check(url: str | URL) -> CheckReport:
@@ -184,6 +287,7 @@ def check(url: str | URL) -> CheckReport:
                 head=head_revision(),
                 missing_tables=missing,
                 differences=check_tables(conn, ours),
+                definition_differences=definition_differences(conn, ours),
             )
     finally:
         engine.dispose()

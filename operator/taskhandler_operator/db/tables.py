@@ -7,12 +7,25 @@ lengths, constraints), so a scheduler written against the ADR reads our rows unc
   task handler it declared (the cache the fast path compares against).
 * ``lang_sdk_task_handler``: one binding ``(dag_id, task_id) -> artifact``.
 
+Their constraints and indexes carry the names Airflow's model gives them (its metadata naming
+convention), they have no table comment, and stored answers stay in Design B's value domain
+(:func:`stored_task_handlers`), so Airflow's own migrations and model find exactly their own.
+
 We never add columns to those. Operator-only bookkeeping lives in ``thop_``-prefixed tables:
 
-* ``thop_artifact_probe``: the source revision each artifact was last probed at.
+* ``thop_artifact_probe``: the source revision each artifact was last probed at, and the
+  runtime's own answer where the stored form loses something validation reads.
+* ``thop_table_origin``: who created each Airflow-named table (the operator, or Airflow), which
+  decides what a downgrade may drop and whether a handover is needed.
 * ``thop_bundle_problem``: the current problems of each bundle pass (unbound stubs, argument
   mismatches, unreadable Dags, conflicts with other bundles), which the scheduler read path
   also uses to explain a missing binding.
+* ``thop_bundle_claim``: which TaskHandlerBundle (cluster id, namespace, name, uid) owns a bundle
+  name. Every other row is keyed by the bundle name alone, so two resources naming the same
+  ``bundleName`` (in two namespaces, or two clusters sharing one Airflow database) would sweep
+  each other's rows without it; the database is the only place all operators see.
+* ``thop_queue_claim``: which bundle name serves each stub queue, across operators too; it goes
+  with its bundle's claim (``ON DELETE CASCADE``).
 
 The migrations in ``migrations/versions`` create exactly these shapes; a test compares them.
 """
@@ -38,29 +51,52 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     Uuid,
+    column,
     func,
+    table,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.sql import TableClause
 
 from taskhandler_operator.db.airflow_tables import dag as airflow_dag
-from taskhandler_operator.protocol.messages import TaskHandlers
+from taskhandler_operator.limits import (
+    CACHE_DIGEST_LENGTH,
+    CLUSTER_ID_LENGTH,
+    ID_LENGTH,
+    KUBE_NAME_LENGTH,
+    KUBE_UID_LENGTH,
+    MD5_HEX_LENGTH,
+    ORIGIN_LENGTH,
+    PATH_LENGTH,
+    PROBLEM_KIND_LENGTH,
+    PROBLEM_SEVERITY_LENGTH,
+    QUEUE_LENGTH,
+    REVISION_LENGTH,
+)
+from taskhandler_operator.records import TaskHandlerDeclaration, TaskHandlers
 
 ARTIFACT_TABLE = "lang_sdk_task_handler_artifact"
 BINDING_TABLE = "lang_sdk_task_handler"
 PROBE_TABLE = "thop_artifact_probe"
 PROBLEM_TABLE = "thop_bundle_problem"
+BUNDLE_CLAIM_TABLE = "thop_bundle_claim"
+QUEUE_CLAIM_TABLE = "thop_queue_claim"
+ORIGIN_TABLE = "thop_table_origin"
+#: Where ``db handover`` keeps the Airflow-named tables until Airflow has created its own.
+HOLD_ARTIFACT_TABLE = "thop_handover_artifact"
+HOLD_BINDING_TABLE = "thop_handover_binding"
+#: ``thop_table_origin.created_by`` values.
+ORIGIN_OPERATOR = "taskhandler-operator"
+ORIGIN_AIRFLOW = "airflow"
 #: Our Alembic history's version table; Airflow keeps its own ``alembic_version``.
 VERSION_TABLE = "thop_alembic_version"
 
 #: Tables carrying Airflow's names: adopted when they already exist with the same shape.
 AIRFLOW_NAMED_TABLES: tuple[str, ...] = (ARTIFACT_TABLE, BINDING_TABLE)
-
-# Lengths Airflow uses for the same concepts elsewhere (dag.dag_id, dag_bundle.name, ...).
-ID_LENGTH = 250
-PATH_LENGTH = 2000
-HASH_LENGTH = 32
-CACHE_DIGEST_LENGTH = 128
-REVISION_LENGTH = 200
+HOLDING_TABLES: dict[str, str] = {
+    ARTIFACT_TABLE: HOLD_ARTIFACT_TABLE,
+    BINDING_TABLE: HOLD_BINDING_TABLE,
+}
 
 metadata = MetaData()
 
@@ -73,27 +109,73 @@ def fileloc_hash(relative_fileloc: str) -> str:
     return hashlib.md5(relative_fileloc.encode("utf-8"), usedforsecurity=False).hexdigest()
 
 
-def stored_task_handlers(handlers: TaskHandlers) -> dict[str, list[dict[str, Any]]]:
-    """The ``task_handlers`` column's JSON: Design B declarations as Airflow stores them.
+#: The ``binding`` values Airflow's Design-B model accepts in a stored answer.
+STORED_BINDINGS: tuple[str, ...] = ("positional", "named")
+#: The keys of a stored parameter (Design B's ``TaskHandlerParam``).
+STORED_PARAM_KEYS: frozenset[str] = frozenset({"name", "value_schema", "exact_name"})
 
-    ``params: null`` is kept (it means "check presence only"); the Design-A-only ``required``
-    key is written only when a runtime sent it.
+
+def _stored_declaration(declaration: TaskHandlerDeclaration) -> dict[str, Any] | None:
+    mode = declaration.mode
+    if mode is None:
+        return None
+    return {
+        "task_id": declaration.task_id,
+        "binding": mode,
+        "params": None
+        if declaration.params is None
+        else [
+            param.model_dump(mode="json", include=set(STORED_PARAM_KEYS))
+            for param in declaration.params
+        ],
+    }
+
+
+def stored_task_handlers(handlers: TaskHandlers) -> dict[str, list[dict[str, Any]]]:
+    """The ``task_handlers`` column's JSON, in Design B's value domain (what Airflow's model
+    loads): ``binding`` is ``positional`` or ``named`` (``named_or_whole`` and ``named_open``,
+    which validation reads as ``named``, are stored as ``named``); a parameter has exactly
+    ``name``, ``value_schema`` and ``exact_name`` (Design A's ``required`` and any other key
+    are dropped); a declaration in a mode nobody knows is left out. ``params: null`` is kept:
+    it means "check presence only".
     """
+    stored: dict[str, list[dict[str, Any]]] = {}
+    for dag_id, declarations in handlers.items():
+        kept = (_stored_declaration(d) for d in declarations)
+        stored[dag_id] = [d for d in kept if d is not None]
+    return stored
+
+
+def _loses_meaning(declaration: TaskHandlerDeclaration) -> bool:
+    """Whether validation reads the stored form of ``declaration`` differently."""
+    if declaration.mode is None:
+        return True
+    return any(param.required is not None for param in declaration.params or ())
+
+
+def declared_task_handlers(handlers: TaskHandlers) -> dict[str, list[dict[str, Any]]] | None:
+    """The runtime's own answer, kept in the operator's table only when worth keeping.
+
+    That is when :func:`stored_task_handlers` loses something validation reads: a declaration
+    in an unknown mode (it errs when a stub uses it) or Design A's ``required``. Otherwise
+    None: the stored form says everything, and answers reused by the fast path validate the
+    same as fresh ones either way.
+    """
+    if not any(_loses_meaning(d) for ds in handlers.values() for d in ds):
+        return None
     return {
         dag_id: [
             {
-                "task_id": declaration.task_id,
-                "binding": declaration.binding,
+                "task_id": d.task_id,
+                "binding": d.binding,
                 "params": None
-                if declaration.params is None
+                if d.params is None
                 else [
-                    param.model_dump(
-                        mode="json", exclude={"required"} if param.required is None else set()
-                    )
-                    for param in declaration.params
+                    p.model_dump(mode="json", exclude={"required"} if p.required is None else set())
+                    for p in d.params
                 ],
             }
-            for declaration in declarations
+            for d in declarations
         ]
         for dag_id, declarations in handlers.items()
     }
@@ -108,14 +190,17 @@ class TaskHandlerArtifactRow(Base):
     __table_args__ = (
         PrimaryKeyConstraint("id", name="lang_sdk_task_handler_artifact_pkey"),
         UniqueConstraint(
-            "bundle_name", "relative_fileloc_hash", name="lsth_artifact_bundle_fileloc_uq"
+            "bundle_name",
+            "relative_fileloc_hash",
+            name="lang_sdk_task_handler_artifact_bundle_fileloc_uq",
         ),
+        Index("idx_lang_sdk_task_handler_artifact_last_probed_at", "last_probed_at"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, default=uuid.uuid4)
     bundle_name: Mapped[str] = mapped_column(String(ID_LENGTH), nullable=False)
     relative_fileloc: Mapped[str] = mapped_column(String(PATH_LENGTH), nullable=False)
-    relative_fileloc_hash: Mapped[str] = mapped_column(String(HASH_LENGTH), nullable=False)
+    relative_fileloc_hash: Mapped[str] = mapped_column(String(MD5_HEX_LENGTH), nullable=False)
     size_bytes: Mapped[int] = mapped_column(BigInteger, nullable=False)
     cache_digest: Mapped[str | None] = mapped_column(String(CACHE_DIGEST_LENGTH), nullable=True)
     task_handlers: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
@@ -128,22 +213,25 @@ class TaskHandlerBindingRow(Base):
         PrimaryKeyConstraint("dag_id", "task_id", name="lang_sdk_task_handler_pkey"),
         # The Dag owns its bindings: deleting the dag row reclaims them.
         ForeignKeyConstraint(
-            ["dag_id"], [airflow_dag.c.dag_id], name="lsth_dag_fkey", ondelete="CASCADE"
+            ["dag_id"],
+            [airflow_dag.c.dag_id],
+            name="lang_sdk_task_handler_dag_id_fkey",
+            ondelete="CASCADE",
         ),
-        Index("idx_lsth_dag_file", "dag_bundle_name", "dag_relative_fileloc_hash"),
-        Index("idx_lsth_artifact_id", "artifact_id"),
+        Index("idx_lang_sdk_task_handler_dag_file", "dag_bundle_name", "dag_relative_fileloc_hash"),
+        Index("idx_lang_sdk_task_handler_artifact_id", "artifact_id"),
     )
 
     dag_id: Mapped[str] = mapped_column(String(ID_LENGTH), nullable=False)
     task_id: Mapped[str] = mapped_column(String(ID_LENGTH), nullable=False)
     artifact_id: Mapped[uuid.UUID] = mapped_column(
         Uuid,
-        ForeignKey(f"{ARTIFACT_TABLE}.id", name="lsth_artifact_fkey"),
+        ForeignKey(f"{ARTIFACT_TABLE}.id", name="lang_sdk_task_handler_artifact_id_fkey"),
         nullable=False,
     )
     dag_bundle_name: Mapped[str] = mapped_column(String(ID_LENGTH), nullable=False)
     dag_relative_fileloc: Mapped[str] = mapped_column(String(PATH_LENGTH), nullable=False)
-    dag_relative_fileloc_hash: Mapped[str] = mapped_column(String(HASH_LENGTH), nullable=False)
+    dag_relative_fileloc_hash: Mapped[str] = mapped_column(String(MD5_HEX_LENGTH), nullable=False)
 
 
 class ArtifactProbeRow(Base):
@@ -161,6 +249,22 @@ class ArtifactProbeRow(Base):
     )
     revision: Mapped[str | None] = mapped_column(String(REVISION_LENGTH), nullable=True)
     probed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    # The runtime's answer when the stored form loses meaning (declared_task_handlers); read
+    # back only while the artifact row is still the one this probe wrote.
+    declared_task_handlers: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+
+
+class TableOriginRow(Base):
+    """Operator-only: who created an Airflow-named table (no table comment carries it)."""
+
+    __tablename__ = ORIGIN_TABLE
+    __table_args__ = (PrimaryKeyConstraint("table_name", name="thop_table_origin_pkey"),)
+
+    table_name: Mapped[str] = mapped_column(String(ID_LENGTH), nullable=False)
+    created_by: Mapped[str] = mapped_column(String(ORIGIN_LENGTH), nullable=False)
+    recorded_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
 
 
 class BundleProblemRow(Base):
@@ -178,9 +282,9 @@ class BundleProblemRow(Base):
     )
 
     bundle_name: Mapped[str] = mapped_column(String(ID_LENGTH), nullable=False)
-    problem_key: Mapped[str] = mapped_column(String(HASH_LENGTH), nullable=False)
-    severity: Mapped[str] = mapped_column(String(16), nullable=False)
-    kind: Mapped[str] = mapped_column(String(32), nullable=False)
+    problem_key: Mapped[str] = mapped_column(String(MD5_HEX_LENGTH), nullable=False)
+    severity: Mapped[str] = mapped_column(String(PROBLEM_SEVERITY_LENGTH), nullable=False)
+    kind: Mapped[str] = mapped_column(String(PROBLEM_KIND_LENGTH), nullable=False)
     dag_id: Mapped[str | None] = mapped_column(String(ID_LENGTH), nullable=True)
     task_id: Mapped[str | None] = mapped_column(String(ID_LENGTH), nullable=True)
     relative_fileloc: Mapped[str | None] = mapped_column(String(PATH_LENGTH), nullable=True)
@@ -192,8 +296,62 @@ class BundleProblemRow(Base):
     )
 
 
+class BundleClaimRow(Base):
+    """Operator-only: the TaskHandlerBundle that owns a bundle name (see ``db/claims.py``)."""
+
+    __tablename__ = BUNDLE_CLAIM_TABLE
+    __table_args__ = (
+        PrimaryKeyConstraint("bundle_name", name="thop_bundle_claim_pkey"),
+        Index("idx_thop_bundle_claim_owner", "cluster_id", "namespace", "name"),
+    )
+
+    bundle_name: Mapped[str] = mapped_column(String(ID_LENGTH), nullable=False)
+    cluster_id: Mapped[str] = mapped_column(String(CLUSTER_ID_LENGTH), nullable=False)
+    namespace: Mapped[str] = mapped_column(String(KUBE_NAME_LENGTH), nullable=False)
+    name: Mapped[str] = mapped_column(String(KUBE_NAME_LENGTH), nullable=False)
+    uid: Mapped[str] = mapped_column(String(KUBE_UID_LENGTH), nullable=False)
+    claimed_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+
+
+class QueueClaimRow(Base):
+    """Operator-only: the bundle name serving a stub queue; released with the bundle's claim."""
+
+    __tablename__ = QUEUE_CLAIM_TABLE
+    __table_args__ = (
+        PrimaryKeyConstraint("queue", name="thop_queue_claim_pkey"),
+        ForeignKeyConstraint(
+            ["bundle_name"],
+            [f"{BUNDLE_CLAIM_TABLE}.bundle_name"],
+            name="thop_queue_claim_bundle_fkey",
+            ondelete="CASCADE",
+        ),
+        Index("idx_thop_queue_claim_bundle", "bundle_name"),
+    )
+
+    queue: Mapped[str] = mapped_column(String(QUEUE_LENGTH), nullable=False)
+    bundle_name: Mapped[str] = mapped_column(String(ID_LENGTH), nullable=False)
+    claimed_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+
+
 # Core handles for the bulk statements of the write and read paths.
 artifact_table: Table = metadata.tables[ARTIFACT_TABLE]
 binding_table: Table = metadata.tables[BINDING_TABLE]
 probe_table: Table = metadata.tables[PROBE_TABLE]
 problem_table: Table = metadata.tables[PROBLEM_TABLE]
+bundle_claim_table: Table = metadata.tables[BUNDLE_CLAIM_TABLE]
+queue_claim_table: Table = metadata.tables[QUEUE_CLAIM_TABLE]
+origin_table: Table = metadata.tables[ORIGIN_TABLE]
+
+
+def _clause(name: str, source: Table) -> TableClause:
+    return table(name, *(column(c.name, c.type) for c in source.columns))
+
+
+# The holding tables exist only between ``db handover`` and the ``db upgrade`` after Airflow's
+# migration (renamed Airflow-named tables, same columns); never created from this module.
+held_artifact_table: TableClause = _clause(HOLD_ARTIFACT_TABLE, artifact_table)
+held_binding_table: TableClause = _clause(HOLD_BINDING_TABLE, binding_table)

@@ -5,7 +5,9 @@ A pass hands over the bundle's current artifacts and one verdict per Dag
 whatever the number of artifacts or bindings (every row set travels as one array parameter per
 column and is expanded with ``unnest``):
 
-1. take a per-bundle advisory lock, so two passes of the same bundle serialize;
+1. take a per-bundle advisory lock, so two passes of the same bundle serialize, and hold the
+   bundle name's claim (:mod:`~taskhandler_operator.db.claims`): a pass whose owner does not
+   hold it is refused before it writes anything;
 2. upsert the artifact rows (``INSERT ... ON CONFLICT`` on ``(bundle_name,
    relative_fileloc_hash)``: a concurrent writer of the same artifact, ours or Airflow's,
    neither fails nor duplicates), then the revision each freshly probed artifact came from;
@@ -17,191 +19,69 @@ column and is expanded with ``unnest``):
 6. replace the bundle's problem rows (unchanged problems are not rewritten).
 
 Every update is guarded by ``IS DISTINCT FROM``, so writing the same state twice changes no row.
+
+This module is the executor; the inputs and results are in :mod:`.write_models`, the SQL in
+:mod:`.write_statements` (both re-exported here for callers of the write path).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
-import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-from sqlalchemy import (
-    BigInteger,
-    DateTime,
-    Executable,
-    Text,
-    Uuid,
-    and_,
-    bindparam,
-    cast,
-    column,
-    delete,
-    exists,
-    func,
-    literal_column,
-    or_,
-    select,
-)
-from sqlalchemy.dialects.postgresql import ARRAY, JSON, JSONB
-from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy import Executable, Text, bindparam, delete, select
 from sqlalchemy.engine import Result
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.sql.selectable import TableValuedAlias
-from sqlalchemy.types import TypeEngine
 
-from taskhandler_operator.db.airflow_tables import dag as airflow_dag
+from taskhandler_operator.db.claims import hold_claim, release_claim_in
 from taskhandler_operator.db.engine import translate_errors
-from taskhandler_operator.db.tables import (
-    artifact_table,
-    binding_table,
-    fileloc_hash,
-    probe_table,
-    problem_table,
-    stored_task_handlers,
+from taskhandler_operator.db.tables import artifact_table, binding_table, problem_table
+from taskhandler_operator.db.write_models import (
+    ArtifactCounts,
+    ArtifactRecord,
+    BindingConflict,
+    BundlePass,
+    BundleRowsDeleted,
+    DagOutcome,
+    PassResult,
 )
-from taskhandler_operator.protocol.messages import TaskHandlerArtifact, contains_nul
-from taskhandler_operator.validation import DagVerdict, Problem
+from taskhandler_operator.db.write_statements import (
+    PassParams,
+    advisory_lock_statement,
+    bundle_lock_key,
+    delete_stale_problems_statement,
+    delete_vanished_bindings_statement,
+    held_conflicts_statement,
+    held_elsewhere_statement,
+    insert_problems_statement,
+    prepare_params,
+    problem_key,
+    problem_params,
+    sweep_artifacts_statement,
+    upsert_artifacts_statement,
+    upsert_bindings_statement,
+    upsert_probes_statement,
+)
+from taskhandler_operator.records import BundleOwner, BundleProblem
+from taskhandler_operator.validation import DagVerdict
 
-DagOutcome = Literal["reconciled", "kept", "conflict"]
-
-
-# --- inputs and results ------------------------------------------------------------------------
-
-
-class ArtifactRecord(BaseModel):
-    """One current artifact of the bundle.
-
-    ``probed_at`` is set when this pass probed it (the row's ``last_probed_at`` becomes that
-    time and ``revision`` is recorded); None means the answer was reused from the stored row
-    by the fast path, so ``last_probed_at`` is left as it was.
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    artifact: TaskHandlerArtifact
-    probed_at: datetime | None = None
-    revision: str | None = None
-
-    @model_validator(mode="after")
-    def _storable(self) -> ArtifactRecord:
-        # Runtime output is untrusted. PostgreSQL's json column takes a \u0000 escape but the
-        # jsonb comparison of every later pass does not, so one such declaration would fail
-        # the bundle's passes forever; refuse it here, for this artifact alone.
-        if contains_nul(stored_task_handlers(self.artifact.task_handlers)):
-            raise ValueError(
-                f"artifact {self.artifact.relative_fileloc!r} declares task handlers containing "
-                "a NUL character, which the database cannot store"
-            )
-        return self
-
-
-class BundlePass(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    bundle_name: str
-    artifacts: tuple[ArtifactRecord, ...] = ()
-    verdicts: tuple[DagVerdict, ...] = ()
-    # Problems about the bundle as a whole (no Dag), stored beside the Dags' own.
-    problems: tuple[Problem, ...] = ()
-    # Delete this bundle's artifact rows that are not in ``artifacts`` and have no binding.
-    sweep_orphans: bool = True
-
-    @model_validator(mode="after")
-    def _consistent(self) -> BundlePass:
-        paths: set[str] = set()
-        for record in self.artifacts:
-            artifact = record.artifact
-            if artifact.bundle_name != self.bundle_name:
-                raise ValueError(
-                    f"artifact {artifact.relative_fileloc!r} belongs to bundle "
-                    f"{artifact.bundle_name!r}, not {self.bundle_name!r}"
-                )
-            if artifact.relative_fileloc in paths:
-                raise ValueError(f"artifact {artifact.relative_fileloc!r} is listed twice")
-            paths.add(artifact.relative_fileloc)
-        dag_ids: set[str] = set()
-        for verdict in self.verdicts:
-            if verdict.dag_id in dag_ids:
-                raise ValueError(f"Dag {verdict.dag_id!r} has two verdicts")
-            dag_ids.add(verdict.dag_id)
-            for binding in verdict.bindings or ():
-                if binding.dag_id != verdict.dag_id:
-                    raise ValueError(
-                        f"Dag {verdict.dag_id!r} carries a binding of Dag {binding.dag_id!r}"
-                    )
-                if binding.artifact_bundle_name != self.bundle_name:
-                    raise ValueError(
-                        f"Dag {verdict.dag_id!r}, task {binding.task_id!r} is bound to bundle "
-                        f"{binding.artifact_bundle_name!r}, not {self.bundle_name!r}"
-                    )
-                if binding.artifact_rel_path not in paths:
-                    raise ValueError(
-                        f"Dag {verdict.dag_id!r}, task {binding.task_id!r} is bound to "
-                        f"{binding.artifact_rel_path!r}, which is not among the pass's artifacts"
-                    )
-        return self
-
-
-class BindingConflict(BaseModel):
-    """A ``(dag_id, task_id)`` two bundles claim; ``holder`` has the row, ``claimant`` wants it."""
-
-    model_config = ConfigDict(frozen=True)
-
-    dag_id: str
-    task_id: str
-    claimant_bundle: str
-    holder_bundle: str
-    holder_rel_path: str | None = None
-
-    def message(self) -> str:
-        held = f" ({self.holder_rel_path!r})" if self.holder_rel_path else ""
-        return (
-            f"Dag {self.dag_id!r}, task {self.task_id!r}: already bound to an artifact of "
-            f"bundle {self.holder_bundle!r}{held}; bundle {self.claimant_bundle!r} also "
-            "registers it, so the binding was not changed"
-        )
-
-
-class PassResult(BaseModel):
-    bundle_name: str
-    artifacts_inserted: int = 0
-    artifacts_updated: int = 0
-    artifacts_deleted: int = 0
-    probes_written: int = 0
-    bindings_inserted: int = 0
-    bindings_updated: int = 0
-    bindings_deleted: int = 0
-    problems_inserted: int = 0
-    problems_deleted: int = 0
-    # Bindings this bundle wanted that another bundle holds.
-    conflicts: tuple[BindingConflict, ...] = ()
-    # Bindings this bundle holds that another bundle also claims.
-    held_conflicts: tuple[BindingConflict, ...] = ()
-    dag_outcomes: dict[str, DagOutcome] = Field(default_factory=dict)
-    statements: int = 0
-
-    @property
-    def rows_written(self) -> int:
-        return (
-            self.artifacts_inserted
-            + self.artifacts_updated
-            + self.artifacts_deleted
-            + self.probes_written
-            + self.bindings_inserted
-            + self.bindings_updated
-            + self.bindings_deleted
-            + self.problems_inserted
-            + self.problems_deleted
-        )
-
-
-# --- entry points ------------------------------------------------------------------------------
+__all__ = [
+    "ArtifactCounts",
+    "ArtifactRecord",
+    "BindingConflict",
+    "BundlePass",
+    "BundleRowsDeleted",
+    "DagOutcome",
+    "PassResult",
+    "bundle_lock_key",
+    "delete_bundle_rows",
+    "problem_key",
+    "record_artifacts",
+    "record_artifacts_in",
+    "write_pass",
+    "write_pass_in",
+]
 
 
 async def write_pass(engine: AsyncEngine, bundle_pass: BundlePass) -> PassResult:
@@ -215,26 +95,33 @@ async def write_pass_in(conn: AsyncConnection, bundle_pass: BundlePass) -> PassR
     return await _PassWriter(conn, bundle_pass).run()
 
 
-class ArtifactCounts(BaseModel):
-    inserted: int
-    updated: int
-    probes_written: int
-
-
 async def record_artifacts(
-    engine: AsyncEngine, bundle_name: str, records: Sequence[ArtifactRecord]
+    engine: AsyncEngine,
+    bundle_name: str,
+    records: Sequence[ArtifactRecord],
+    *,
+    owner: BundleOwner,
 ) -> ArtifactCounts:
     """Upsert artifact rows (and their probe revisions) on their own, e.g. as soon as probe
-    answers arrive; no binding is touched and no bundle lock is taken, so this may race any
-    other writer of the same artifacts, including a bundle pass."""
+    answers arrive; no binding is touched. Like every write it holds the bundle's claim (under
+    the bundle lock); the upsert itself still tolerates any other writer of the same artifacts,
+    Airflow's included."""
     async with translate_errors(), engine.begin() as conn:
-        return await record_artifacts_in(conn, bundle_name, records)
+        return await record_artifacts_in(conn, bundle_name, records, owner=owner)
 
 
 async def record_artifacts_in(
-    conn: AsyncConnection, bundle_name: str, records: Sequence[ArtifactRecord]
+    conn: AsyncConnection,
+    bundle_name: str,
+    records: Sequence[ArtifactRecord],
+    *,
+    owner: BundleOwner,
 ) -> ArtifactCounts:
-    writer = _PassWriter(conn, BundlePass(bundle_name=bundle_name, artifacts=tuple(records)))
+    """:func:`record_artifacts` on a connection whose transaction the caller owns."""
+    bundle_pass = BundlePass(
+        bundle_name=bundle_name, owner=owner, queues=(), artifacts=tuple(records)
+    )
+    writer = _PassWriter(conn, bundle_pass)
     await writer.write_artifacts()
     result = writer.result
     return ArtifactCounts(
@@ -244,403 +131,7 @@ async def record_artifacts_in(
     )
 
 
-def problem_key(problem: Problem) -> str:
-    """A stable identity of a problem, so an unchanged problem is never rewritten."""
-    identity = json.dumps(
-        [
-            problem.severity,
-            problem.kind,
-            problem.dag_id,
-            problem.task_id,
-            problem.message,
-            problem.other_bundle,
-        ]
-    )
-    return hashlib.md5(identity.encode("utf-8"), usedforsecurity=False).hexdigest()
-
-
-def bundle_lock_key(bundle_name: str) -> int:
-    """A signed 64-bit advisory-lock key for one bundle (stable across processes)."""
-    digest = hashlib.blake2b(f"thop-bundle:{bundle_name}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
-
-
-# --- statements --------------------------------------------------------------------------------
-
-
-def _rows(
-    alias: str, prefix: str, columns: Sequence[tuple[str, TypeEngine[Any]]]
-) -> TableValuedAlias:
-    """``unnest(:p_a, :p_b, ...) AS alias(a, b, ...)``: one array parameter per column."""
-    params = [bindparam(f"{prefix}_{name}", type_=ARRAY(type_)) for name, type_ in columns]
-    return (
-        func.unnest(*params)
-        .table_valued(*(column(name, type_) for name, type_ in columns))
-        .render_derived(name=alias)
-    )
-
-
-_ARTIFACT_COLUMNS: list[tuple[str, TypeEngine[Any]]] = [
-    ("id", Uuid()),
-    ("path", Text()),
-    ("path_hash", Text()),
-    ("size", BigInteger()),
-    ("digest", Text()),
-    ("handlers", Text()),
-    ("probed_at", DateTime(timezone=True)),
-]
-
-
-def _inserted_flag(table_name: str) -> Any:
-    # xmax is 0 on a row version this statement inserted and set on one it updated.
-    return literal_column(f"({table_name}.xmax = 0)").label("inserted")
-
-
-def upsert_artifacts_statement(*, probed: bool, prefix: str) -> Executable:
-    """Upsert artifact rows; ``probed`` also moves ``last_probed_at`` (fast-path rows keep it)."""
-    k = _rows("k", prefix, _ARTIFACT_COLUMNS)
-    a = artifact_table
-    probed_at = k.c.probed_at if probed else func.now()
-    source = select(
-        k.c.id,
-        bindparam("bundle_name", type_=Text()),
-        k.c.path,
-        k.c.path_hash,
-        k.c.size,
-        k.c.digest,
-        cast(k.c.handlers, JSON),
-        probed_at,
-    )
-    stmt = pg_insert(a).from_select(
-        [
-            "id",
-            "bundle_name",
-            "relative_fileloc",
-            "relative_fileloc_hash",
-            "size_bytes",
-            "cache_digest",
-            "task_handlers",
-            "last_probed_at",
-        ],
-        source,
-    )
-    new = stmt.excluded
-    changed = [
-        a.c.relative_fileloc.is_distinct_from(new.relative_fileloc),
-        a.c.size_bytes.is_distinct_from(new.size_bytes),
-        a.c.cache_digest.is_distinct_from(new.cache_digest),
-        # json has no equality operator; jsonb compares by value.
-        cast(a.c.task_handlers, JSONB).is_distinct_from(cast(new.task_handlers, JSONB)),
-    ]
-    updates: dict[str, Any] = {
-        "relative_fileloc": new.relative_fileloc,
-        "size_bytes": new.size_bytes,
-        "cache_digest": new.cache_digest,
-        "task_handlers": new.task_handlers,
-    }
-    if probed:
-        changed.append(a.c.last_probed_at.is_distinct_from(new.last_probed_at))
-        updates["last_probed_at"] = new.last_probed_at
-    return stmt.on_conflict_do_update(
-        index_elements=[a.c.bundle_name, a.c.relative_fileloc_hash],
-        set_=updates,
-        where=or_(*changed),
-    ).returning(a.c.id, _inserted_flag(a.name))
-
-
-def upsert_probes_statement() -> Executable:
-    k = _rows(
-        "k",
-        "probe",
-        [("path_hash", Text()), ("revision", Text()), ("probed_at", DateTime(timezone=True))],
-    )
-    a = artifact_table
-    p = probe_table
-    source = select(a.c.id, k.c.revision, k.c.probed_at).join(
-        a,
-        and_(
-            a.c.bundle_name == bindparam("bundle_name", type_=Text()),
-            a.c.relative_fileloc_hash == k.c.path_hash,
-        ),
-    )
-    stmt = pg_insert(p).from_select(["artifact_id", "revision", "probed_at"], source)
-    new = stmt.excluded
-    return stmt.on_conflict_do_update(
-        index_elements=[p.c.artifact_id],
-        set_={"revision": new.revision, "probed_at": new.probed_at},
-        where=or_(
-            p.c.revision.is_distinct_from(new.revision),
-            p.c.probed_at.is_distinct_from(new.probed_at),
-        ),
-    ).returning(p.c.artifact_id)
-
-
-def _ours(artifact_id: Any) -> Any:
-    """The artifact ``artifact_id`` belongs to the pass's bundle.
-
-    An uncorrelated ``IN``: inside ``ON CONFLICT ... WHERE`` SQLAlchemy cannot correlate a
-    subquery to the conflicting row, and this form needs no correlation.
-    """
-    a = artifact_table
-    ours = select(a.c.id).where(a.c.bundle_name == bindparam("bundle_name", type_=Text()))
-    return artifact_id.in_(ours)
-
-
-def delete_vanished_bindings_statement() -> Executable:
-    """This bundle's rows of the validated Dags whose (dag_id, task_id) is no longer wanted."""
-    b = binding_table
-    keep = _rows("keep", "keep", [("dag_id", Text()), ("task_id", Text())])
-    wanted = (
-        exists().select_from(keep).where(keep.c.dag_id == b.c.dag_id, keep.c.task_id == b.c.task_id)
-    )
-    dag_ids = bindparam("reconciled_dag_ids", type_=ARRAY(Text()))
-    return (
-        delete(b)
-        .where(b.c.dag_id == dag_ids.any_(), _ours(b.c.artifact_id), ~wanted)
-        .returning(b.c.dag_id, b.c.task_id)
-    )
-
-
-_BINDING_COLUMNS: list[tuple[str, TypeEngine[Any]]] = [
-    ("dag_id", Text()),
-    ("task_id", Text()),
-    ("artifact_hash", Text()),
-    ("dag_bundle_name", Text()),
-    ("dag_fileloc", Text()),
-    ("dag_fileloc_hash", Text()),
-]
-
-
-def upsert_bindings_statement() -> Executable:
-    """Insert or update wanted rows; a row held by another bundle's artifact is left alone."""
-    k = _rows("k", "bind", _BINDING_COLUMNS)
-    a = artifact_table
-    b = binding_table
-    source = (
-        select(
-            k.c.dag_id,
-            k.c.task_id,
-            a.c.id,
-            k.c.dag_bundle_name,
-            k.c.dag_fileloc,
-            k.c.dag_fileloc_hash,
-        )
-        .join(
-            a,
-            and_(
-                a.c.bundle_name == bindparam("bundle_name", type_=Text()),
-                a.c.relative_fileloc_hash == k.c.artifact_hash,
-            ),
-        )
-        # A Dag deleted since the inventory was read has nothing left to bind (and the FK
-        # would refuse the row).
-        .join(airflow_dag, airflow_dag.c.dag_id == k.c.dag_id)
-    )
-    stmt = pg_insert(b).from_select(
-        [
-            "dag_id",
-            "task_id",
-            "artifact_id",
-            "dag_bundle_name",
-            "dag_relative_fileloc",
-            "dag_relative_fileloc_hash",
-        ],
-        source,
-    )
-    new = stmt.excluded
-    return stmt.on_conflict_do_update(
-        index_elements=[b.c.dag_id, b.c.task_id],
-        set_={
-            "artifact_id": new.artifact_id,
-            "dag_bundle_name": new.dag_bundle_name,
-            "dag_relative_fileloc": new.dag_relative_fileloc,
-            "dag_relative_fileloc_hash": new.dag_relative_fileloc_hash,
-        },
-        where=and_(
-            _ours(b.c.artifact_id),
-            or_(
-                b.c.artifact_id.is_distinct_from(new.artifact_id),
-                b.c.dag_bundle_name.is_distinct_from(new.dag_bundle_name),
-                b.c.dag_relative_fileloc.is_distinct_from(new.dag_relative_fileloc),
-                b.c.dag_relative_fileloc_hash.is_distinct_from(new.dag_relative_fileloc_hash),
-            ),
-        ),
-    ).returning(b.c.dag_id, b.c.task_id, _inserted_flag(b.name))
-
-
-def held_elsewhere_statement() -> Executable:
-    """Wanted (dag_id, task_id) whose row points at another bundle's artifact."""
-    k = _rows("k", "bind", _BINDING_COLUMNS)
-    a = artifact_table
-    b = binding_table
-    return (
-        select(k.c.dag_id, k.c.task_id, a.c.bundle_name, a.c.relative_fileloc)
-        .join(b, and_(b.c.dag_id == k.c.dag_id, b.c.task_id == k.c.task_id))
-        .join(a, a.c.id == b.c.artifact_id)
-        .where(a.c.bundle_name != bindparam("bundle_name", type_=Text()))
-    )
-
-
-def sweep_artifacts_statement() -> Executable:
-    a = artifact_table
-    b = binding_table
-    listed = bindparam("listed_hashes", type_=ARRAY(Text()))
-    referenced = exists().where(b.c.artifact_id == a.c.id)
-    return (
-        delete(a)
-        .where(
-            a.c.bundle_name == bindparam("bundle_name", type_=Text()),
-            a.c.relative_fileloc_hash != listed.all_(),
-            ~referenced,
-        )
-        .returning(a.c.id)
-    )
-
-
-_PROBLEM_COLUMNS: list[tuple[str, TypeEngine[Any]]] = [
-    ("problem_key", Text()),
-    ("severity", Text()),
-    ("kind", Text()),
-    ("dag_id", Text()),
-    ("task_id", Text()),
-    ("relative_fileloc", Text()),
-    ("message", Text()),
-    ("other_bundle", Text()),
-]
-
-
-def delete_stale_problems_statement() -> Executable:
-    p = problem_table
-    keys = bindparam("problem_keys", type_=ARRAY(Text()))
-    return (
-        delete(p)
-        .where(
-            p.c.bundle_name == bindparam("bundle_name", type_=Text()),
-            p.c.problem_key != keys.all_(),
-        )
-        .returning(p.c.problem_key)
-    )
-
-
-def insert_problems_statement() -> Executable:
-    k = _rows("k", "problem", _PROBLEM_COLUMNS)
-    p = problem_table
-    names = [name for name, _ in _PROBLEM_COLUMNS]
-    source = select(bindparam("bundle_name", type_=Text()), *(k.c[name] for name in names))
-    return (
-        pg_insert(p)
-        .from_select(["bundle_name", *names], source)
-        .on_conflict_do_nothing(index_elements=[p.c.bundle_name, p.c.problem_key])
-        .returning(p.c.problem_key)
-    )
-
-
-def held_conflicts_statement() -> Executable:
-    p = problem_table
-    return select(p.c.bundle_name, p.c.dag_id, p.c.task_id).where(
-        p.c.kind == "conflict", p.c.other_bundle == bindparam("bundle_name", type_=Text())
-    )
-
-
 # --- the pass ----------------------------------------------------------------------------------
-
-
-def _columns(
-    rows: Sequence[Sequence[Any]], names: Sequence[str], prefix: str
-) -> dict[str, list[Any]]:
-    """Row tuples to one list per column, named like :func:`_rows` parameters."""
-    return {f"{prefix}_{name}": [row[i] for row in rows] for i, name in enumerate(names)}
-
-
-def _artifact_params(records: Sequence[ArtifactRecord], prefix: str) -> dict[str, list[Any]]:
-    rows = [
-        (
-            uuid.uuid4(),
-            r.artifact.relative_fileloc,
-            fileloc_hash(r.artifact.relative_fileloc),
-            r.artifact.size_bytes,
-            r.artifact.cache_digest,
-            json.dumps(stored_task_handlers(r.artifact.task_handlers), sort_keys=True),
-            r.probed_at,
-        )
-        for r in records
-    ]
-    return _columns(rows, [name for name, _ in _ARTIFACT_COLUMNS], prefix)
-
-
-def _problem_params(problems: Sequence[Problem]) -> tuple[list[str], dict[str, list[Any]]]:
-    """Deduplicated problem rows, sorted by key: (keys, one list per column)."""
-    by_key: dict[str, Problem] = {}
-    for problem in problems:
-        by_key.setdefault(problem_key(problem), problem)
-    keys = sorted(by_key)
-    rows = [
-        (
-            key,
-            by_key[key].severity,
-            by_key[key].kind,
-            by_key[key].dag_id,
-            by_key[key].task_id,
-            by_key[key].relative_fileloc,
-            # A text column cannot hold NUL; a reason quoting runtime output might.
-            by_key[key].message.replace("\x00", "\\x00"),
-            by_key[key].other_bundle,
-        )
-        for key in keys
-    ]
-    return keys, _columns(rows, [name for name, _ in _PROBLEM_COLUMNS], "problem")
-
-
-@dataclass(frozen=True)
-class _PassParams:
-    """Every array parameter of a pass, computed off the event loop (hashing, JSON)."""
-
-    lock_key: int
-    probed: dict[str, list[Any]]
-    reused: dict[str, list[Any]]
-    probes: dict[str, list[Any]]
-    reconciled_dag_ids: list[str]
-    bindings: dict[str, list[Any]]
-    listed_hashes: list[str]
-    problems: list[Problem]
-    files: dict[str, str]
-
-
-def _prepare(bundle_pass: BundlePass) -> _PassParams:
-    # Sorted by key so that every writer takes row locks in the same order (no deadlocks).
-    ordered = sorted(bundle_pass.artifacts, key=lambda r: fileloc_hash(r.artifact.relative_fileloc))
-    probed = [r for r in ordered if r.probed_at is not None]
-    reused = [r for r in ordered if r.probed_at is None]
-    probe_rows = [
-        (fileloc_hash(r.artifact.relative_fileloc), r.revision, r.probed_at) for r in probed
-    ]
-    reconciled = [v for v in bundle_pass.verdicts if v.bindings is not None]
-    wanted = sorted(
-        (
-            b.dag_id,
-            b.task_id,
-            fileloc_hash(b.artifact_rel_path),
-            v.bundle_name,
-            v.relative_fileloc,
-            fileloc_hash(v.relative_fileloc),
-        )
-        for v in reconciled
-        for b in v.bindings or ()
-    )
-    problems = list(bundle_pass.problems)
-    for verdict in bundle_pass.verdicts:
-        problems += [*verdict.errors, *verdict.warnings]
-    return _PassParams(
-        lock_key=bundle_lock_key(bundle_pass.bundle_name),
-        probed=_artifact_params(probed, "art"),
-        reused=_artifact_params(reused, "art"),
-        probes=_columns(probe_rows, ["path_hash", "revision", "probed_at"], "probe"),
-        reconciled_dag_ids=[v.dag_id for v in reconciled],
-        bindings=_columns(wanted, [name for name, _ in _BINDING_COLUMNS], "bind"),
-        listed_hashes=[fileloc_hash(r.artifact.relative_fileloc) for r in ordered],
-        problems=problems,
-        files={v.dag_id: v.relative_fileloc for v in bundle_pass.verdicts},
-    )
 
 
 def _outcome(verdict: DagVerdict, conflicted: set[str]) -> DagOutcome:
@@ -663,11 +154,9 @@ class _PassWriter:
 
     async def run(self) -> PassResult:
         p = self.bundle_pass
-        params = await asyncio.to_thread(_prepare, p)
-        await self._execute(
-            select(func.pg_advisory_xact_lock(bindparam("lock_key", type_=BigInteger()))),
-            {"lock_key": params.lock_key},
-        )
+        params = await asyncio.to_thread(prepare_params, p)
+        await self._execute(advisory_lock_statement(), {"lock_key": params.lock_key})
+        await self.hold_claim(p.queues)
         await self._write_artifacts(params)
 
         deleted = await self._execute(
@@ -717,10 +206,23 @@ class _PassWriter:
         self.result.dag_outcomes = {v.dag_id: _outcome(v, conflicted) for v in p.verdicts}
         return self.result
 
-    async def write_artifacts(self) -> None:
-        await self._write_artifacts(await asyncio.to_thread(_prepare, self.bundle_pass))
+    async def hold_claim(self, queues: Sequence[str] | None) -> None:
+        """Refuse (BundleClaimed, QueueClaimed) before writing anything unless the pass's owner
+        holds the bundle name; take the claim when it is free."""
+        p = self.bundle_pass
+        claim = await hold_claim(self.conn, p.bundle_name, p.owner, queues)
+        self.result.statements += claim.statements
+        self.result.claim_taken = claim.taken
+        self.result.queues_claimed = claim.queues_claimed
+        self.result.queues_released = claim.queues_released
 
-    async def _write_artifacts(self, params: _PassParams) -> None:
+    async def write_artifacts(self) -> None:
+        params = await asyncio.to_thread(prepare_params, self.bundle_pass)
+        await self._execute(advisory_lock_statement(), {"lock_key": params.lock_key})
+        await self.hold_claim(None)
+        await self._write_artifacts(params)
+
+    async def _write_artifacts(self, params: PassParams) -> None:
         for artifact_params, is_probed in ((params.probed, True), (params.reused, False)):
             rows = (
                 await self._execute(
@@ -734,10 +236,10 @@ class _PassWriter:
         self.result.probes_written = len(written.all())
 
     async def _write_problems(
-        self, params: _PassParams, conflicts: Sequence[BindingConflict]
+        self, params: PassParams, conflicts: Sequence[BindingConflict]
     ) -> None:
         conflict_problems = [
-            Problem(
+            BundleProblem(
                 severity="error",
                 kind="conflict",
                 message=c.message(),
@@ -748,26 +250,25 @@ class _PassWriter:
             )
             for c in conflicts
         ]
-        keys, problem_params = _problem_params([*params.problems, *conflict_problems])
+        keys, rows = problem_params([*params.problems, *conflict_problems])
         gone = await self._execute(delete_stale_problems_statement(), {"problem_keys": keys})
         self.result.problems_deleted = len(gone.all())
-        added = await self._execute(insert_problems_statement(), problem_params)
+        added = await self._execute(insert_problems_statement(), rows)
         self.result.problems_inserted = len(added.all())
 
 
 # --- removing a bundle -------------------------------------------------------------------------
 
 
-class BundleRowsDeleted(BaseModel):
-    bindings: int
-    artifacts: int
-    problems: int
+async def delete_bundle_rows(
+    engine: AsyncEngine, bundle_name: str, *, owner: BundleOwner
+) -> BundleRowsDeleted:
+    """Remove everything a bundle wrote (``deletionPolicy: Delete``) and release its claim, in
+    one transaction.
 
-
-async def delete_bundle_rows(engine: AsyncEngine, bundle_name: str) -> BundleRowsDeleted:
-    """Remove everything a bundle wrote (``deletionPolicy: Delete``), in one transaction.
-
-    Probe revisions go with their artifacts (``ON DELETE CASCADE``).
+    Refused with :class:`~taskhandler_operator.db.claims.BundleClaimed` when another resource
+    owns the name (its rows are not ours to delete). Probe revisions go with their artifacts
+    and queue claims with the bundle's claim (``ON DELETE CASCADE``).
     """
     a = artifact_table
     b = binding_table
@@ -775,9 +276,8 @@ async def delete_bundle_rows(engine: AsyncEngine, bundle_name: str) -> BundleRow
     name = bindparam("bundle_name", type_=Text())
     params = {"bundle_name": bundle_name, "lock_key": bundle_lock_key(bundle_name)}
     async with translate_errors(), engine.begin() as conn:
-        await conn.execute(
-            select(func.pg_advisory_xact_lock(bindparam("lock_key", type_=BigInteger()))), params
-        )
+        await conn.execute(advisory_lock_statement(), params)
+        released = await release_claim_in(conn, bundle_name, owner)
         ours = select(a.c.id).where(a.c.bundle_name == name)
         bindings = await conn.execute(
             delete(b).where(b.c.artifact_id.in_(ours)).returning(b.c.dag_id), params
@@ -792,4 +292,5 @@ async def delete_bundle_rows(engine: AsyncEngine, bundle_name: str) -> BundleRow
             bindings=len(bindings.all()),
             artifacts=len(artifacts.all()),
             problems=len(problems.all()),
+            claim_released=released,
         )

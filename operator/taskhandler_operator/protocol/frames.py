@@ -20,8 +20,9 @@ from typing import Any
 
 import msgpack
 
+from taskhandler_operator.limits import MAX_FRAME_SIZE
+
 __all__ = [
-    "DEFAULT_MAX_FRAME_SIZE",
     "HEADER_SIZE",
     "FrameError",
     "FrameTooLarge",
@@ -37,7 +38,6 @@ __all__ = [
     "read_frame",
 ]
 
-DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
 HEADER_SIZE = 4
 # The wire length field is a uint32; larger bodies cannot be framed at all.
 _MAX_WIRE_LENGTH = 2**32 - 1
@@ -176,9 +176,7 @@ def decode_response(payload: bytes) -> ResponseFrame:
     return ResponseFrame(frame_id, body, error)
 
 
-async def read_frame(
-    reader: asyncio.StreamReader, max_size: int = DEFAULT_MAX_FRAME_SIZE
-) -> bytes | None:
+async def read_frame(reader: asyncio.StreamReader, max_size: int = MAX_FRAME_SIZE) -> bytes | None:
     """Read one frame's payload; ``None`` on a clean end of stream between frames.
 
     Raises :class:`FrameTooLarge` from the header alone, and :class:`FrameTruncated` when the

@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from taskhandler_operator.artifacts.models import Language, VerifiedArtifact
-from taskhandler_operator.protocol.frames import DEFAULT_MAX_FRAME_SIZE
+from taskhandler_operator.limits import MAX_FRAME_SIZE
 from taskhandler_operator.protocol.relay import RelayLimits
 
 __all__ = ["ProbeConfig", "build_command", "runtime_environment"]
@@ -28,7 +28,7 @@ class ProbeConfig(BaseModel):
     answer_timeout: float = Field(default=60.0, gt=0)
     connect_timeout: float = Field(default=10.0, gt=0)
     exit_grace: float = Field(default=5.0, gt=0)
-    max_frame_size: int = Field(default=DEFAULT_MAX_FRAME_SIZE, ge=64)
+    max_frame_size: int = Field(default=MAX_FRAME_SIZE, ge=64)
     java: str = "java"
     node: str = "node"
     jvm_args: tuple[str, ...] = ()

@@ -1,4 +1,4 @@
-"""Message models of the task-handler probe protocol and the binding records.
+"""Message models of the task-handler probe protocol (the wire side).
 
 Design B (the shape Airflow's code implements) is primary; Design-A variants are accepted on
 input so that older runtimes and older supervisors still interoperate:
@@ -11,58 +11,25 @@ input so that older runtimes and older supervisors still interoperate:
 * Results typed ``SDKTaskHandlerParsingResult`` (Design A) are read as
   ``TaskHandlerParsingResult``.
 
+The declarations are records the database stores too, so they live in
+:mod:`taskhandler_operator.records`; this module holds the messages that carry them.
+
 Bodies are plain JSON types: they travel as msgpack maps with a ``type`` discriminator.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-# A JSON Schema fragment describing one argument's value; compared only at the top level.
-ArgValueSchema = dict[str, Any]
-
-BindingMode = Literal["positional", "named"]
-
-# Modes emitted by SDK branches that mean "match by name" for validation purposes.
-NAMED_MODE_VARIANTS: frozenset[str] = frozenset({"named", "named_or_whole", "named_open"})
-
-MAX_REL_PATH = 2000
-MAX_CACHE_DIGEST = 128
+from taskhandler_operator.records import TaskHandlers, contains_nul
 
 
 class _Wire(BaseModel):
     """Base for wire models: unknown keys are ignored, as the protocol requires."""
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
-
-
-class TaskHandlerParam(_Wire):
-    name: str | None = None
-    value_schema: ArgValueSchema | None = None
-    exact_name: bool = False
-    # Design A only; Design B expresses optionality through the stub's defaults.
-    required: bool | None = None
-
-
-class TaskHandlerDeclaration(_Wire):
-    task_id: str
-    # Design A had no binding field: every declaration was positional.
-    binding: str = "positional"
-    params: list[TaskHandlerParam] | None = None
-
-    @property
-    def mode(self) -> BindingMode | None:
-        """The validation mode, or ``None`` when the SDK sent a mode we do not know."""
-        if self.binding == "positional":
-            return "positional"
-        if self.binding in NAMED_MODE_VARIANTS:
-            return "named"
-        return None
-
-
-TaskHandlers = dict[str, list[TaskHandlerDeclaration]]
 
 
 class TaskHandlerParseRequest(_Wire):
@@ -118,34 +85,10 @@ class TaskHandlerParsingResult(_Wire):
         return sum(len(declarations) for declarations in self.task_handlers.values())
 
 
-def contains_nul(value: object) -> bool:
-    """Whether a JSON value holds a NUL character in any key or string.
-
-    Iterative, because the nesting depth of a runtime's answer is the runtime's choice.
-    """
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return True
-        elif isinstance(item, dict):
-            pending += item.keys()
-            pending += item.values()
-        elif isinstance(item, list | tuple):
-            pending += item
-    return False
-
-
 class ErrorResponse(_Wire):
     type: Literal["ErrorResponse"] = "ErrorResponse"
     error: str = "generic_error"
     detail: dict[str, Any] | None = None
-
-
-class OKResponse(_Wire):
-    type: Literal["OKResponse"] = "OKResponse"
-    ok: bool = True
 
 
 # Requests a runtime may send to its supervisor (Airflow's ToManager union, minus the results).
@@ -221,43 +164,3 @@ def _first_error(exc: ValidationError) -> str:
     loc = ".".join(str(part) for part in first.get("loc", ()))
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"{loc}: {first.get('msg', '')}{more}"
-
-
-# --- records shared with the database and the scheduler --------------------------------------
-
-
-class TaskHandlerArtifact(_Wire):
-    """A probed artifact: what Airflow calls a known artifact once it is stored."""
-
-    bundle_name: str
-    relative_fileloc: Annotated[str, Field(max_length=MAX_REL_PATH)]
-    size_bytes: Annotated[int, Field(ge=0)]
-    cache_digest: Annotated[str, Field(max_length=MAX_CACHE_DIGEST)] | None = None
-    task_handlers: TaskHandlers = Field(default_factory=dict)
-
-
-class TaskHandlerBinding(_Wire):
-    dag_id: str
-    task_id: str
-    artifact_bundle_name: str
-    artifact_rel_path: Annotated[str, Field(max_length=MAX_REL_PATH)]
-
-
-class BundleInfo(_Wire):
-    name: str
-    version: str | None = None
-
-
-class TaskHandlerArtifactRef(_Wire):
-    """What the scheduler puts on ``ExecuteTask``: the artifact to run for a stub task.
-
-    ``bundle_info`` null means "the task's own Dag bundle"; ``rel_path`` is a POSIX path in it.
-    """
-
-    bundle_info: BundleInfo | None = None
-    rel_path: str
-
-
-# Design-A names, so code and payloads written against the older ADR read naturally.
-SDKTaskHandlerRef = TaskHandlerArtifactRef
-KnownSDKTaskHandlerArtifact = TaskHandlerArtifact

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from taskhandler_operator.limits import MAX_RELAYED_EVENT_CHARS
 from taskhandler_operator.protocol.eventlog import EventLog, Level
 
 __all__ = [
@@ -24,7 +25,6 @@ __all__ = [
 ]
 
 READ_CHUNK = 64 * 1024
-_MAX_EVENT_CHARS = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +153,9 @@ def describe_line(source: str, line: bytes, truncated: bool) -> tuple[Level, str
             record = None
         if isinstance(record, dict):
             event = record.get("event")
-            event_text = str(event)[:_MAX_EVENT_CHARS] if event is not None else "runtime log"
+            event_text = (
+                str(event)[:MAX_RELAYED_EVENT_CHARS] if event is not None else "runtime log"
+            )
             fields["record"] = record
             return _level_of(record.get("level")), event_text, fields
     fields["line"] = text

@@ -21,10 +21,14 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from taskhandler_operator.limits import (
+    MAX_SUMMARY_ARTIFACT_BYTES,
+    MAX_SUMMARY_ERROR_BYTES,
+    MAX_SUMMARY_PIDS,
+)
 from taskhandler_operator.protocol.messages import TaskHandlerParsingResult
 
 __all__ = [
-    "MAX_SUMMARY_BYTES",
     "RESULT_MARKER",
     "ExitCode",
     "LogStats",
@@ -38,14 +42,6 @@ __all__ = [
 ]
 
 RESULT_MARKER = "----- taskhandler-operator probe result -----"
-
-# The kubelet truncates termination messages to 4096 bytes; stay well under it.
-MAX_SUMMARY_BYTES = 3072
-# Limits on the JSON-encoded size of the free-text fields (a runtime can put control
-# characters into an error text, and each of those takes six bytes once escaped).
-MAX_ERROR_BYTES = 1200
-MAX_ARTIFACT_BYTES = 400
-MAX_REPORTED_PIDS = 16
 
 
 class ExitCode(IntEnum):
@@ -108,7 +104,7 @@ class LogStats(_Model):
 
 
 class ProbeSummary(_Model):
-    """The termination message of a probe. Keep it small: see :data:`MAX_SUMMARY_BYTES`."""
+    """The termination message of a probe; kept under ``limits.MAX_SUMMARY_BYTES``."""
 
     summary_version: Literal[1] = 1
     status: Literal["ok", "error"]
@@ -129,18 +125,18 @@ class ProbeSummary(_Model):
     @field_validator("error")
     @classmethod
     def _short_error(cls, value: str | None) -> str | None:
-        return _shorten(value, MAX_ERROR_BYTES) if value is not None else None
+        return _shorten(value, MAX_SUMMARY_ERROR_BYTES) if value is not None else None
 
     @field_validator("artifact")
     @classmethod
     def _short_artifact(cls, value: str) -> str:
         # Keep the end of a long path: the file name is the informative part.
-        return _shorten(value, MAX_ARTIFACT_BYTES, keep_end=True)
+        return _shorten(value, MAX_SUMMARY_ARTIFACT_BYTES, keep_end=True)
 
     @field_validator("runtime_pids")
     @classmethod
     def _few_pids(cls, value: list[int]) -> list[int]:
-        return value[:MAX_REPORTED_PIDS]
+        return value[:MAX_SUMMARY_PIDS]
 
     @property
     def ok(self) -> bool:

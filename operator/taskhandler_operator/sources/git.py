@@ -50,8 +50,8 @@ from taskhandler_operator.sources.spec import GitSource
 from taskhandler_operator.sources.store import file_lock
 
 if TYPE_CHECKING:
+    from taskhandler_operator.sources.context import Build, SyncContext
     from taskhandler_operator.sources.models import Revision
-    from taskhandler_operator.sources.sync import Build, SyncContext
 
 __all__ = ["GitRunner", "mirror_path", "sync_git"]
 

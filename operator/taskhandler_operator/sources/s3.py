@@ -38,8 +38,8 @@ from taskhandler_operator.sources.paths import UnsafePath, safe_rel_path
 from taskhandler_operator.sources.spec import S3Source
 
 if TYPE_CHECKING:
+    from taskhandler_operator.sources.context import Build, SyncContext
     from taskhandler_operator.sources.models import Revision
-    from taskhandler_operator.sources.sync import Build, SyncContext
     from taskhandler_operator.sources.tree import OpenEntry, TreeWriter
 
 __all__ = ["S3Object", "listing_digest", "sync_s3"]

@@ -29,8 +29,8 @@ from taskhandler_operator.sources.spec import VolumeSource
 from taskhandler_operator.sources.tree import FileKey, open_folder, snapshot_tree
 
 if TYPE_CHECKING:
+    from taskhandler_operator.sources.context import Build, SyncContext
     from taskhandler_operator.sources.models import Revision
-    from taskhandler_operator.sources.sync import Build, SyncContext
 
 __all__ = ["describe_tree", "sync_volume"]
 

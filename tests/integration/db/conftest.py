@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -10,6 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from taskhandler_operator.db.engine import create_engine, create_sync_engine
 from taskhandler_operator.db.migrate import upgrade
+from taskhandler_operator.devenv.postgres import PostgresServer
+from tests.fixtures.airflow_design_b import airflow_creates_binding_tables
 
 
 @pytest.fixture
@@ -35,3 +38,17 @@ def sync_engine(db_url: str) -> Iterator[Engine]:
         yield engine
     finally:
         engine.dispose()
+
+
+@pytest.fixture
+def airflow_ddl_url(pg_server: PostgresServer, airflow_template: str) -> Iterator[str]:
+    """Another fresh Airflow database, where the binding tables were created by the stand-in
+    for Airflow's own migration (the Design-B DDL, plain CREATE TABLE)."""
+    name = f"thop_ddl_{uuid.uuid4().hex[:12]}"
+    pg_server.create_database(name, template=airflow_template)
+    try:
+        url = pg_server.url(name)
+        airflow_creates_binding_tables(url)
+        yield url
+    finally:
+        pg_server.drop_database(name)

@@ -12,15 +12,28 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from taskhandler_operator.db.inventory import StubInventory
 from taskhandler_operator.db.writer import ArtifactRecord, BundlePass, PassResult, write_pass
-from taskhandler_operator.protocol.messages import (
+from taskhandler_operator.devenv.serialized_dags import insert_dag
+from taskhandler_operator.records import (
+    BundleOwner,
     TaskHandlerArtifact,
     TaskHandlerDeclaration,
     TaskHandlerParam,
 )
 from taskhandler_operator.validation import ValidationResult, validate_bundle
-from tests.fixtures.serialized_dags import insert_dag
 
 PROBED_AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def owner(bundle: str, namespace: str = "default", cluster_id: str = "test-cluster") -> BundleOwner:
+    """The TaskHandlerBundle writing ``bundle`` in these tests: one resource per bundle name."""
+    return BundleOwner(
+        cluster_id=cluster_id, namespace=namespace, name=bundle, uid=f"uid-{namespace}-{bundle}"
+    )
+
+
+def bundle_pass(bundle: str, queues: Sequence[str] = (), **fields: Any) -> BundlePass:
+    """A pass of ``bundle`` by its usual test owner."""
+    return BundlePass(bundle_name=bundle, owner=owner(bundle), queues=tuple(queues), **fields)
 
 
 def declaration(task_id: str, *param_schemas: dict[str, Any] | None) -> TaskHandlerDeclaration:
@@ -73,7 +86,7 @@ async def reconcile(
         for a in artifact_list
     )
     written = await write_pass(
-        engine, BundlePass(bundle_name=bundle, artifacts=records, verdicts=result.verdicts)
+        engine, bundle_pass(bundle, queues, artifacts=records, verdicts=result.verdicts)
     )
     return result, written
 

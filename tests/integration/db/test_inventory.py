@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -11,9 +12,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from taskhandler_operator.airflow.serialized import DagReadProblem
 from taskhandler_operator.db.inventory import StubInventory
-from taskhandler_operator.db.serialized import ReadProblem
-from tests.fixtures.serialized_dags import (
+from taskhandler_operator.devenv.serialized_dags import (
     add_stub_fields,
     dag_document,
     delete_dag,
@@ -126,15 +127,15 @@ async def test_broken_rows_become_problems_and_others_proceed(engine: AsyncEngin
     problems = {dag_id: stubs.problems for dag_id, stubs in inventory.dags.items()}
     assert problems["good"] == ()
     assert problems["not_zlib"] == (
-        ReadProblem(
+        DagReadProblem(
             message="data_compressed is not zlib data (Error -3 while decompressing data: "
             "incorrect header check)"
         ),
     )
     assert problems["not_json"][0].message.startswith("the serialized Dag is not JSON (")
-    assert problems["no_dag"] == (ReadProblem(message="the serialized Dag has no 'dag' object"),)
+    assert problems["no_dag"] == (DagReadProblem(message="the serialized Dag has no 'dag' object"),)
     assert problems["odd_args"] == (
-        ReadProblem(
+        DagReadProblem(
             message="_arg_bindings[0] ('x') has unknown binding kind 'env', expected 'xcom' or "
             "'literal'",
             task_id="t",
@@ -220,3 +221,22 @@ async def test_python_tasks_are_ignored(engine: AsyncEngine) -> None:
     inventory = StubInventory()
     await inventory.refresh(engine)
     assert inventory.dags["etl"].stubs == () and inventory.dags["etl"].problems == ()
+
+
+async def test_concurrent_refreshes_take_turns_and_keep_snapshots(engine: AsyncEngine) -> None:
+    """One inventory shared by bundles reconciling at once: each Dag is parsed once, and a
+    snapshot taken before a refresh never changes under its reader."""
+    await add_dags(engine, *(simple(f"d{n}", "t") for n in range(20)))
+    inventory = StubInventory()
+    before = inventory.dags
+    deltas = await asyncio.gather(*(inventory.refresh(engine) for _ in range(5)))
+    assert sum(d.parsed for d in deltas) == 20  # the later callers found nothing new
+    assert sorted(d.parsed for d in deltas) == [0, 0, 0, 0, 20]
+    assert len(before) == 0 and len(inventory.dags) == 20
+    snapshot = inventory.dags
+    async with engine.begin() as conn:
+        await conn.run_sync(delete_dag, "d0")
+    await inventory.refresh(engine)
+    assert "d0" in snapshot and "d0" not in inventory.dags
+    with pytest.raises(TypeError):
+        snapshot["x"] = snapshot["d1"]  # type: ignore[index]

@@ -12,8 +12,8 @@ from taskhandler_operator.artifacts.models import Candidate
 from taskhandler_operator.artifacts.planner import plan_probes
 from taskhandler_operator.db.known_artifacts import load_known_artifacts, load_stored_artifacts
 from taskhandler_operator.db.writer import ArtifactRecord, record_artifacts
-from taskhandler_operator.protocol.messages import TaskHandlerDeclaration, TaskHandlerParam
-from tests.integration.db.helpers import PROBED_AT, artifact
+from taskhandler_operator.records import TaskHandlerDeclaration, TaskHandlerParam
+from tests.integration.db.helpers import PROBED_AT, artifact, owner
 
 pytestmark = pytest.mark.integration
 
@@ -43,8 +43,11 @@ async def test_round_trip_and_planner_input(
             ArtifactRecord(artifact=declared, probed_at=PROBED_AT, revision="abc"),
             ArtifactRecord(artifact=reused),
         ],
+        owner=owner("java"),
     )
-    await record_artifacts(engine, "go", [ArtifactRecord(artifact=artifact("go", "x", {}))])
+    await record_artifacts(
+        engine, "go", [ArtifactRecord(artifact=artifact("go", "x", {}))], owner=owner("go")
+    )
     async with engine.begin() as conn:
         # A row some other tool wrote that no longer validates is skipped, not fatal.
         await conn.execute(

@@ -29,7 +29,7 @@ from taskhandler_operator.db.tables import (
     binding_table,
     metadata,
 )
-from tests.fixtures.postgres import PostgresServer
+from taskhandler_operator.devenv.postgres import PostgresServer
 
 pytestmark = pytest.mark.integration
 
@@ -61,7 +61,10 @@ def test_migrated_schema_matches_the_models(pg_url: str) -> None:
         assert check_tables(conn, sorted(metadata.tables)) == {}
         indexes = {i["name"] for i in inspect(conn).get_indexes(BINDING_TABLE)}
     engine.dispose()
-    assert indexes == {"idx_lsth_dag_file", "idx_lsth_artifact_id"}
+    assert indexes == {
+        "idx_lang_sdk_task_handler_dag_file",
+        "idx_lang_sdk_task_handler_artifact_id",
+    }
     assert check(pg_url).ok
 
 
@@ -85,11 +88,8 @@ def test_concurrent_upgrades_do_not_collide(pg_url: str) -> None:
     outputs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], outputs
     lines = sorted(out.strip().splitlines()[-1].split(": ", 1)[1] for out, _ in outputs)
-    assert lines == [
-        "already at thop0002",
-        "already at thop0002",
-        "upgraded from (empty) to thop0002",
-    ]
+    head = head_revision()
+    assert lines == [f"already at {head}", f"already at {head}", f"upgraded from (empty) to {head}"]
 
 
 def _create_airflow_named_tables(url: str) -> None:
@@ -193,7 +193,7 @@ def test_cli_reports_a_mismatch_and_exits_1(pg_url: str) -> None:
         timeout=120,
     )
     assert check_proc.returncode == 1
-    assert "revision (none), head thop0002" in check_proc.stdout
+    assert f"revision (none), head {head_revision()}" in check_proc.stdout
     assert "missing table 'lang_sdk_task_handler'" in check_proc.stdout
 
 
@@ -236,7 +236,19 @@ def test_compatible_variations_are_adopted(pg_url: str) -> None:
     engine.dispose()
     report = upgrade(pg_url)
     assert report.adopted == (ARTIFACT_TABLE,)
-    assert check(pg_url).ok
+    checked = check(pg_url)
+    assert checked.differences == {}  # usable ...
+    # ... but not Airflow's own table: db check names every difference. The unique index
+    # became Airflow's named constraint and the missing index was created (thop0004).
+    assert checked.definition_differences == {
+        ARTIFACT_TABLE: [
+            "column 'relative_fileloc' is character varying(4000) NOT NULL, Airflow's model has "
+            "character varying(2000) NOT NULL",
+            "column 'task_handlers' is jsonb NOT NULL, Airflow's model has json NOT NULL",
+            "column 'team_name' (character varying(50)) is not in Airflow's model",
+        ]
+    }
+    assert not checked.ok
 
 
 def test_partial_unique_index_is_not_enough(pg_url: str) -> None:
@@ -265,3 +277,35 @@ def test_unknown_target_revision_is_a_clear_error(
     assert "nosuchrev" in err.split(": ", 2)[2]
     # Nothing was created: the failed upgrade rolled back.
     assert main(["db", "check", "--url", pg_url]) == 1
+
+
+def test_claims_tables_name_their_constraints_and_cascade(pg_url: str) -> None:
+    """thop0003: a queue claim goes with its bundle's claim; every constraint is named thop_."""
+    upgrade(pg_url)
+    engine = sa.create_engine(pg_url)
+    with engine.begin() as conn:
+        inspector = inspect(conn)
+        assert inspector.get_pk_constraint("thop_bundle_claim")["name"] == "thop_bundle_claim_pkey"
+        assert inspector.get_pk_constraint("thop_queue_claim")["name"] == "thop_queue_claim_pkey"
+        [fk] = inspector.get_foreign_keys("thop_queue_claim")
+        assert fk["name"] == "thop_queue_claim_bundle_fkey"
+        assert {i["name"] for i in inspector.get_indexes("thop_bundle_claim")} == {
+            "idx_thop_bundle_claim_owner"
+        }
+        conn.execute(
+            sa.text(
+                "INSERT INTO thop_bundle_claim (bundle_name, cluster_id, namespace, name, uid) "
+                "VALUES ('java', 'c1', 'team-a', 'java', 'u1')"
+            )
+        )
+        conn.execute(
+            sa.text("INSERT INTO thop_queue_claim (queue, bundle_name) VALUES ('q', 'java')")
+        )
+        with pytest.raises(sa.exc.IntegrityError), conn.begin_nested():
+            conn.execute(
+                sa.text("INSERT INTO thop_queue_claim (queue, bundle_name) VALUES ('r', 'go')")
+            )
+        conn.execute(sa.text("DELETE FROM thop_bundle_claim WHERE bundle_name = 'java'"))
+        remaining = conn.execute(sa.text("SELECT count(*) FROM thop_queue_claim")).scalar()
+    engine.dispose()
+    assert remaining == 0

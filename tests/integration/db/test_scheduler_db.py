@@ -10,15 +10,16 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import Session
 
 from taskhandler_operator.db.engine import DatabaseUnavailable, create_engine
-from taskhandler_operator.protocol.messages import BundleInfo, TaskHandlerArtifactRef
+from taskhandler_operator.devenv.serialized_dags import dag_document, stub_task
+from taskhandler_operator.records import BundleInfo, TaskHandlerArtifactRef
 from taskhandler_operator.scheduler import (
     attach_task_handlers,
     explain_unbound,
     explain_unbound_sync,
     resolve_task_handlers,
     resolve_task_handlers_sync,
+    routed_queues_from_config,
 )
-from tests.fixtures.serialized_dags import dag_document, stub_task
 from tests.integration.db.helpers import (
     add_dags,
     artifact,
@@ -74,6 +75,39 @@ async def test_resolve_async_and_sync_agree(engine: AsyncEngine, sync_engine: En
     async with engine.connect() as conn:
         assert await resolve_task_handlers(conn, PAIRS, chunk_size=3) == resolved
     assert await resolve_task_handlers(engine, []) == {}
+
+
+async def test_routed_queues_filter_as_airflows_scheduler_does(
+    engine: AsyncEngine, sync_engine: Engine
+) -> None:
+    """Bound rows exist for all three stubs; only routed queues are looked up."""
+    await add_dags(
+        engine,
+        dag_document(
+            "mixed",
+            [
+                stub_task("on_java", queue="java"),
+                stub_task("on_default"),  # no queue key: Airflow's default queue
+                stub_task("on_go", queue="go"),
+            ],
+        ),
+    )
+    handlers = {"mixed": [declaration("on_java"), declaration("on_default"), declaration("on_go")]}
+    await reconcile(
+        engine, "all", ["java", "default", "go"], [artifact("all", "mixed.jar", handlers)]
+    )
+    tasks = [("mixed", "on_java", "java"), ("mixed", "on_default", None), ("mixed", "on_go", "go")]
+    everything = await resolve_task_handlers(engine, tasks)
+    assert set(everything) == {("mixed", "on_java"), ("mixed", "on_default"), ("mixed", "on_go")}
+    routed = routed_queues_from_config('{"java": "jdk-17"}')
+    assert set(await resolve_task_handlers(engine, tasks, routed_queues=routed)) == {
+        ("mixed", "on_java")
+    }
+    with Session(sync_engine) as session:
+        with_default = resolve_task_handlers_sync(session, tasks, routed_queues={"java", "default"})
+        assert set(with_default) == {("mixed", "on_java"), ("mixed", "on_default")}
+        # queue_to_coordinator unset: Airflow resolves no stub at all.
+        assert resolve_task_handlers_sync(session, tasks, routed_queues=frozenset()) == {}
 
 
 async def test_pinned_version_is_the_probe_revision(engine: AsyncEngine) -> None:

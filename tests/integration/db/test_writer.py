@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import pytest
@@ -20,8 +21,7 @@ from taskhandler_operator.db.writer import (
     write_pass,
     write_pass_in,
 )
-from taskhandler_operator.validation import DagVerdict, Problem
-from tests.fixtures.serialized_dags import (
+from taskhandler_operator.devenv.serialized_dags import (
     dag_document,
     delete_dag,
     insert_dag,
@@ -30,13 +30,17 @@ from tests.fixtures.serialized_dags import (
     stub_task,
     xcom_arg,
 )
+from taskhandler_operator.records import BundleProblem
+from taskhandler_operator.validation import DagVerdict
 from tests.integration.db.helpers import (
     PROBED_AT,
     add_dags,
     artifact,
     bindings,
+    bundle_pass,
     count,
     declaration,
+    owner,
     reconcile,
     row_versions,
 )
@@ -126,7 +130,8 @@ async def test_statement_count_does_not_grow_with_the_pass(engine: AsyncEngine) 
         return written.statements
 
     small, large = await statements_for(2), await statements_for(200)
-    assert small == large == 11
+    # 11 for the rows, 5 for the claims (read and take the bundle's; take, check, release queues)
+    assert small == large == 16
 
 
 async def test_dag_with_problems_keeps_its_rows(engine: AsyncEngine) -> None:
@@ -165,7 +170,7 @@ async def test_none_empty_and_list_semantics(engine: AsyncEngine) -> None:
             relative_fileloc="etl.py",
             bindings=bindings_value,
         )
-        return BundlePass(bundle_name="java", artifacts=records, verdicts=(verdict,))
+        return bundle_pass("java", ["java"], artifacts=records, verdicts=(verdict,))
 
     # None: not evaluated, nothing changes
     untouched = await write_pass(engine, pass_with(None))
@@ -287,7 +292,7 @@ async def test_delete_bundle_rows(engine: AsyncEngine) -> None:
     await reconcile(
         engine, "go", ["go"], [artifact("go", "bin/etl", {"etl": [declaration("ship")]})]
     )
-    deleted = await delete_bundle_rows(engine, "java")
+    deleted = await delete_bundle_rows(engine, "java", owner=owner("java"))
     assert (deleted.bindings, deleted.artifacts) == (2, 2)
     assert set(await bindings(engine)) == {("etl", "ship")}
     assert await count(engine, "thop_artifact_probe") == 1  # go's; java's cascaded
@@ -310,7 +315,7 @@ async def test_a_dag_deleted_before_the_write_is_skipped(engine: AsyncEngine) ->
     )
     records = tuple(ArtifactRecord(artifact=a, probed_at=PROBED_AT) for a in java_artifacts())
     written = await write_pass(
-        engine, BundlePass(bundle_name="java", artifacts=records, verdicts=result.verdicts)
+        engine, bundle_pass("java", ["java"], artifacts=records, verdicts=result.verdicts)
     )
     assert written.bindings_inserted == 0 and written.artifacts_inserted == 2
 
@@ -334,22 +339,35 @@ async def _wait_until_blocked(engine: AsyncEngine, application_name: str) -> int
 
 
 async def test_two_writers_racing_on_one_artifact(engine: AsyncEngine, db_url: str) -> None:
+    """Another writer of the same artifact row (Airflow's own, which takes none of our locks)
+    holds its insert open: ours waits on the unique key, then updates instead of failing."""
     from taskhandler_operator.db.engine import create_engine
-    from taskhandler_operator.db.writer import record_artifacts, record_artifacts_in
+    from taskhandler_operator.db.tables import artifact_table
+    from taskhandler_operator.db.writer import record_artifacts
 
-    first_version = artifact("java", "etl.jar", {"etl": [declaration("extract")]}, size=100)
     second_version = artifact("java", "etl.jar", {"etl": [declaration("load")]}, size=200)
     racer = create_engine(db_url, application_name="thop-racer")
     try:
         async with engine.begin() as conn:
             # T1 inserts the artifact and holds its transaction open ...
-            await record_artifacts_in(
-                conn, "java", [ArtifactRecord(artifact=first_version, probed_at=PROBED_AT)]
+            await conn.execute(
+                artifact_table.insert().values(
+                    id=uuid.uuid4(),
+                    bundle_name="java",
+                    relative_fileloc="etl.jar",
+                    relative_fileloc_hash=fileloc_hash("etl.jar"),
+                    size_bytes=100,
+                    task_handlers={},
+                    last_probed_at=PROBED_AT,
+                )
             )
             # ... while T2 inserts the same (bundle, path): it must wait on the unique key.
             second = asyncio.create_task(
                 record_artifacts(
-                    racer, "java", [ArtifactRecord(artifact=second_version, probed_at=PROBED_AT)]
+                    racer,
+                    "java",
+                    [ArtifactRecord(artifact=second_version, probed_at=PROBED_AT)],
+                    owner=owner("java"),
                 )
             )
             await _wait_until_blocked(engine, "thop-racer")
@@ -377,12 +395,13 @@ async def test_concurrent_passes_of_one_bundle(engine: AsyncEngine) -> None:
         dags=inventory.dags.values(),
         artifacts=java_artifacts(),
     )
-    bundle_pass = BundlePass(
-        bundle_name="java",
+    java_pass = bundle_pass(
+        "java",
+        ["java"],
         artifacts=tuple(ArtifactRecord(artifact=a, probed_at=PROBED_AT) for a in java_artifacts()),
         verdicts=result.verdicts,
     )
-    results = await asyncio.gather(*(write_pass(engine, bundle_pass) for _ in range(4)))
+    results = await asyncio.gather(*(write_pass(engine, java_pass) for _ in range(4)))
     assert sum(r.artifacts_inserted for r in results) == 2
     assert sum(r.bindings_inserted for r in results) == 2
     assert sorted(r.rows_written for r in results)[:3] == [0, 0, 0]
@@ -405,8 +424,9 @@ async def test_losing_the_connection_mid_pass_writes_nothing(
         dags=inventory.dags.values(),
         artifacts=java_artifacts(),
     )
-    bundle_pass = BundlePass(
-        bundle_name="java",
+    java_pass = bundle_pass(
+        "java",
+        ["java"],
         artifacts=tuple(ArtifactRecord(artifact=a, probed_at=PROBED_AT) for a in java_artifacts()),
         verdicts=result.verdicts,
     )
@@ -418,7 +438,7 @@ async def test_losing_the_connection_mid_pass_writes_nothing(
             await blocker.execute(
                 sa.text("LOCK TABLE thop_bundle_problem IN ACCESS EXCLUSIVE MODE")
             )
-            doomed = asyncio.create_task(write_pass(writer, bundle_pass))
+            doomed = asyncio.create_task(write_pass(writer, java_pass))
             pid = await _wait_until_blocked(engine, "thop-doomed-writer")
             async with engine.connect() as admin:
                 await admin.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
@@ -432,19 +452,20 @@ async def test_losing_the_connection_mid_pass_writes_nothing(
     assert await count(engine, "lang_sdk_task_handler_artifact") == 0
     assert await count(engine, "lang_sdk_task_handler") == 0
     # and the retry succeeds
-    retried = await write_pass(engine, bundle_pass)
+    retried = await write_pass(engine, java_pass)
     assert retried.bindings_inserted == 2
 
 
 async def test_write_pass_in_shares_the_callers_transaction(engine: AsyncEngine) -> None:
     await add_dags(engine, etl_document())
-    bundle_pass = BundlePass(
-        bundle_name="java",
+    java_pass = bundle_pass(
+        "java",
+        ["java"],
         artifacts=tuple(ArtifactRecord(artifact=a, probed_at=PROBED_AT) for a in java_artifacts()),
     )
     async with engine.connect() as conn:
         await conn.begin()
-        written = await write_pass_in(conn, bundle_pass)
+        written = await write_pass_in(conn, java_pass)
         assert written.artifacts_inserted == 2
         await conn.rollback()
     assert await count(engine, "lang_sdk_task_handler_artifact") == 0
@@ -452,11 +473,11 @@ async def test_write_pass_in_shares_the_callers_transaction(engine: AsyncEngine)
 
 async def test_a_problem_quoting_a_nul_character_is_stored_escaped(engine: AsyncEngine) -> None:
     # Probe failure reasons may quote runtime output; a text column cannot hold NUL.
-    problem = Problem(severity="error", kind="unreadable", message="runtime wrote a\x00b")
-    bundle_pass = BundlePass(bundle_name="java", problems=(problem,))
-    first = await write_pass(engine, bundle_pass)
+    problem = BundleProblem(severity="error", kind="unreadable", message="runtime wrote a\x00b")
+    java_pass = bundle_pass("java", ["java"], problems=(problem,))
+    first = await write_pass(engine, java_pass)
     assert first.problems_inserted == 1
-    again = await write_pass(engine, bundle_pass)
+    again = await write_pass(engine, java_pass)
     assert again.rows_written == 0
     async with engine.connect() as conn:
         stored = (await conn.execute(sa.text("SELECT message FROM thop_bundle_problem"))).scalar()

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from taskhandler_operator.devenv.packers import write_typescript_bundle
 from taskhandler_operator.sources.errors import ArchiveRefused, NotFound
 from taskhandler_operator.sources.store import RevisionStore
-from tests.fixtures.packers import write_typescript_bundle
 from tests.integration.sources.conftest import NAMESPACE, fingerprint, read_tree, sync_source
 
 pytestmark = pytest.mark.integration

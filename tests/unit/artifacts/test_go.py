@@ -11,7 +11,13 @@ import pytest
 from taskhandler_operator.artifacts import go
 from taskhandler_operator.artifacts.models import Candidate, Language
 from taskhandler_operator.artifacts.verify import ArtifactVerificationError, verify_artifact
-from tests.fixtures.packers import GO_TRAILER, go_cache_digest, pack_go_bundle, write_go_bundle
+from taskhandler_operator.devenv.packers import (
+    GO_TRAILER,
+    go_cache_digest,
+    pack_go_bundle,
+    write_go_bundle,
+)
+from taskhandler_operator.limits import GO_MAX_METADATA_BYTES
 from tests.unit.artifacts.helpers import flip, read_with
 
 BINARY = b"\x7fELF" + bytes(range(19))  # 23 bytes, like the reference's worked example
@@ -271,7 +277,7 @@ def test_not_executable_fails_with_the_reference_text(tmp_path: Path) -> None:
 
 
 def test_oversized_metadata_fails_before_reading_it(tmp_path: Path) -> None:
-    metadata_len = go.MAX_METADATA_BYTES + 1
+    metadata_len = GO_MAX_METADATA_BYTES + 1
     trailer = GO_TRAILER.pack(
         0, metadata_len, 1, hashlib.sha256(BINARY).digest(), bytes(12), b"AFBNDL01"
     )
@@ -416,7 +422,7 @@ def test_a_file_changing_during_verification_fails(
 ) -> None:
     # Unit test of the final identity check only; a real race cannot be timed reliably.
     from taskhandler_operator.artifacts.models import OpenFile
-    from tests.fixtures.packers import write_jar, write_typescript_bundle
+    from taskhandler_operator.devenv.packers import write_jar, write_typescript_bundle
 
     if language is Language.GO:
         path = write_go_bundle(tmp_path / "a", BINARY)

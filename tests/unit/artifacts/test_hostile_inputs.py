@@ -23,13 +23,14 @@ from taskhandler_operator.artifacts import go, java, typescript
 from taskhandler_operator.artifacts.listing import READERS, list_candidates
 from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile
 from taskhandler_operator.artifacts.verify import ArtifactVerificationError, verify_artifact
-from tests.fixtures.packers import (
+from taskhandler_operator.devenv.packers import (
     GO_TRAILER,
     pack_go_bundle,
     pack_typescript_bundle,
     render_manifest,
     write_jar,
 )
+from taskhandler_operator.limits import JAVA_MAX_MANIFEST_BYTES
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -339,7 +340,7 @@ def test_manifest_reader_output_is_bounded_for_a_lying_entry(tmp_path: Path) -> 
     path = _jar_with_streamed_manifest(tmp_path / "bomb.jar", 50 << 20)
     with OpenFile.open(path) as f:
         entry = java._find_manifest(f)
-    assert entry.size > java.MAX_MANIFEST_BYTES
+    assert entry.size > JAVA_MAX_MANIFEST_BYTES
     with (
         OpenFile.open(path) as f,
         pytest.raises(java.ZipFormatError, match="more than the 4194304-byte limit"),

@@ -11,7 +11,7 @@ import pytest
 from taskhandler_operator.artifacts import java
 from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile
 from taskhandler_operator.artifacts.verify import ArtifactVerificationError, verify_artifact
-from tests.fixtures.packers import fold_manifest_line, render_manifest, write_jar
+from taskhandler_operator.devenv.packers import fold_manifest_line, render_manifest, write_jar
 from tests.unit.artifacts.helpers import flip, read_with
 
 DIGEST = "0123456789abcdef" * 4
@@ -371,7 +371,7 @@ def test_flipped_byte_in_the_manifest_fails(tmp_path: Path) -> None:
 def test_declared_uncompressed_total_is_capped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(java, "MAX_UNCOMPRESSED_BYTES", 1000)
+    monkeypatch.setattr(java, "JAVA_MAX_UNCOMPRESSED_BYTES", 1000)
     path = write_jar(tmp_path / "handlers.jar", manifest=HANDLER, entries={"big.bin": bytes(2000)})
     assert _verify_error(path).startswith("handlers.jar: entries declare ")
     assert _verify_error(path).endswith("uncompressed bytes, more than the 1000-byte limit")

@@ -12,7 +12,7 @@ import pytest
 
 from taskhandler_operator.artifacts.listing import ListingCache, list_candidates, walk_files
 from taskhandler_operator.artifacts.models import Language
-from tests.fixtures.packers import write_go_bundle, write_jar, write_typescript_bundle
+from taskhandler_operator.devenv.packers import write_go_bundle, write_jar, write_typescript_bundle
 
 BINARY = b"\x7fELF" + b"\x00" * 60
 HANDLER = {

@@ -78,7 +78,7 @@ def test_first_record_wins_for_a_repeated_path() -> None:
 
 
 def test_pydantic_records_are_accepted() -> None:
-    from taskhandler_operator.protocol.messages import TaskHandlerArtifact
+    from taskhandler_operator.records import TaskHandlerArtifact
 
     record = TaskHandlerArtifact(
         bundle_name="B", relative_fileloc="etl", size_bytes=100, cache_digest="d1", task_handlers={}

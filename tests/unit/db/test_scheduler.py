@@ -9,10 +9,13 @@ from typing import Any
 
 import pytest
 
-from taskhandler_operator.protocol.messages import BundleInfo, TaskHandlerArtifactRef
+from taskhandler_operator.records import BundleInfo, TaskHandlerArtifactRef
 from taskhandler_operator.scheduler import (
+    TaskLookup,
     attach_task_handlers,
     no_record_reason,
+    routed_keys,
+    routed_queues_from_config,
     workload_key,
 )
 
@@ -88,3 +91,97 @@ def test_generic_reason_names_dag_and_task() -> None:
         "Dag 'etl', task 'load': no task handler binding is recorded; no TaskHandlerBundle "
         "serves the stub's queue, or its bundle has not been reconciled since the Dag changed"
     )
+
+
+def test_routed_queues_are_the_keys_of_queue_to_coordinator() -> None:
+    assert routed_queues_from_config('{"java": "jdk-17", "go": "go-sdk"}') == {"java", "go"}
+    assert routed_queues_from_config(None) == frozenset()
+    assert routed_queues_from_config("  ") == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            "{nope",
+            "[sdk] queue_to_coordinator is not JSON: Expecting property name enclosed in "
+            "double quotes: line 1 column 2 (char 1)",
+        ),
+        (
+            '["java"]',
+            "[sdk] queue_to_coordinator must be a JSON object mapping queue names to "
+            "coordinator keys",
+        ),
+        (
+            '{"java": 17}',
+            "[sdk] queue_to_coordinator must be a JSON object mapping queue names "
+            "to coordinator keys",
+        ),
+    ],
+)
+def test_bad_queue_to_coordinator_is_one_line(value: str, message: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        routed_queues_from_config(value)
+    assert str(caught.value) == message
+
+
+def test_routing_keeps_routed_queues_and_the_default_queue_for_queueless_tasks() -> None:
+    tasks: list[TaskLookup] = [
+        ("etl", "extract", "java"),
+        ("etl", "load", None),  # no queue: the default queue
+        ("etl", "empty", ""),  # empty: the default queue too
+        ("etl", "python", "celery"),
+        ("etl", "pair"),  # a pair has no queue: the default queue
+        ("etl", "extract", "java"),  # duplicates collapse
+    ]
+    assert routed_keys(tasks, {"java"}) == [("etl", "extract")]
+    assert routed_keys(tasks, {"java", "default"}) == [
+        ("etl", "extract"),
+        ("etl", "load"),
+        ("etl", "empty"),
+        ("etl", "pair"),
+    ]
+    assert routed_keys(tasks, {"java", "main"}, default_queue="main") == routed_keys(
+        tasks, {"java", "default"}
+    )
+    # Airflow with queue_to_coordinator unset looks nothing up.
+    assert routed_keys(tasks, frozenset()) == []
+    # No routing given: everything is resolved.
+    assert routed_keys(tasks, None) == [
+        ("etl", "extract"),
+        ("etl", "load"),
+        ("etl", "empty"),
+        ("etl", "python"),
+        ("etl", "pair"),
+    ]
+
+
+def test_attach_leaves_unrouted_stubs_alone() -> None:
+    ref = TaskHandlerArtifactRef(bundle_info=BundleInfo(name="java"), rel_path="etl/app.jar")
+    on_java = payload("etl", "extract")
+    on_java["ti"]["queue"] = "java"
+    on_celery = payload("etl", "python")
+    on_celery["ti"]["queue"] = "celery"
+    queueless = payload("etl", "load")  # the default queue
+    refs = {("etl", "extract"): ref, ("etl", "python"): ref, ("etl", "load"): ref}
+    stubs = {("etl", "extract"), ("etl", "python"), ("etl", "load")}
+    result = attach_task_handlers(
+        [on_java, on_celery, queueless], refs, stub_keys=stubs, routed_queues={"java"}
+    )
+    assert [w["task_handler_artifact"] is not None for w in result.workloads] == [
+        True,
+        False,
+        False,
+    ]
+    assert result.unbound == []
+    routed_default = attach_task_handlers(
+        [on_java, on_celery, queueless], {}, stub_keys=stubs, routed_queues={"java", "default"}
+    )
+    assert routed_default.unbound == [("etl", "extract"), ("etl", "load")]
+
+
+def test_a_workload_queue_that_is_not_a_string_is_refused() -> None:
+    bad = payload("etl", "extract")
+    bad["ti"]["queue"] = 7
+    with pytest.raises(ValueError, match=r"^workload 'ti' has a queue that is not a string$"):
+        attach_task_handlers([bad], {}, stub_keys=set(), routed_queues={"java"})

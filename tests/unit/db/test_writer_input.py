@@ -7,20 +7,25 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from taskhandler_operator.db.tables import fileloc_hash, stored_task_handlers
-from taskhandler_operator.db.writer import (
-    ArtifactRecord,
-    BundlePass,
-    bundle_lock_key,
-    problem_key,
+from taskhandler_operator.db.tables import (
+    declared_task_handlers,
+    fileloc_hash,
+    stored_task_handlers,
 )
-from taskhandler_operator.protocol.messages import (
+from taskhandler_operator.db.write_models import BundlePass
+from taskhandler_operator.db.write_statements import bundle_lock_key, problem_key
+from taskhandler_operator.records import (
+    ArtifactRecord,
+    BundleOwner,
+    BundleProblem,
     TaskHandlerArtifact,
     TaskHandlerBinding,
     TaskHandlerDeclaration,
     TaskHandlerParam,
 )
-from taskhandler_operator.validation import DagVerdict, Problem
+from taskhandler_operator.validation import DagVerdict
+
+OWNER = BundleOwner(cluster_id="c", namespace="ns", name="b", uid="u")
 
 
 def record(path: str, bundle: str = "b") -> ArtifactRecord:
@@ -72,12 +77,12 @@ def verdict(dag_id: str, *bindings: tuple[str, str, str, str]) -> DagVerdict:
 )
 def test_inconsistent_passes_are_refused(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError) as caught:
-        BundlePass(bundle_name="b", **kwargs)
+        BundlePass(bundle_name="b", owner=OWNER, queues=("b",), **kwargs)
     assert caught.value.errors()[0]["msg"] == f"Value error, {message}"
 
 
 def test_problem_key_is_stable_and_distinguishes() -> None:
-    p = Problem(severity="error", kind="unbound", message="m", dag_id="d", task_id="t")
+    p = BundleProblem(severity="error", kind="unbound", message="m", dag_id="d", task_id="t")
     assert problem_key(p) == problem_key(p.model_copy())
     assert len(problem_key(p)) == 32
     assert problem_key(p) != problem_key(p.model_copy(update={"severity": "warning"}))
@@ -103,7 +108,7 @@ def test_stored_task_handlers_keep_design_b_shape() -> None:
                 task_id="b",
                 params=[
                     TaskHandlerParam(name=None, value_schema={"type": "string"}),
-                    TaskHandlerParam(name="x", required=False),
+                    TaskHandlerParam(name="x", exact_name=True),
                 ],
             ),
         ]
@@ -116,7 +121,61 @@ def test_stored_task_handlers_keep_design_b_shape() -> None:
                 "binding": "positional",
                 "params": [
                     {"name": None, "value_schema": {"type": "string"}, "exact_name": False},
-                    {"name": "x", "value_schema": None, "exact_name": False, "required": False},
+                    {"name": "x", "value_schema": None, "exact_name": True},
+                ],
+            },
+        ]
+    }
+    # Nothing was lost, so the runtime's answer is not kept separately.
+    assert declared_task_handlers(handlers) is None
+
+
+def test_stored_answers_are_normalized_to_design_b_values() -> None:
+    """What Airflow's model accepts: binding positional|named, params name/value_schema/
+    exact_name only. The SDK spellings of "by name" become named; nothing is kept beside."""
+    handlers = {
+        "etl": [
+            TaskHandlerDeclaration(task_id="go", binding="named_or_whole", params=[]),
+            TaskHandlerDeclaration(task_id="ts", binding="named_open", params=None),
+        ]
+    }
+    assert stored_task_handlers(handlers) == {
+        "etl": [
+            {"task_id": "go", "binding": "named", "params": []},
+            {"task_id": "ts", "binding": "named", "params": None},
+        ]
+    }
+    assert declared_task_handlers(handlers) is None
+
+
+def test_what_validation_would_miss_is_kept_in_the_operators_table() -> None:
+    handlers = {
+        "etl": [
+            TaskHandlerDeclaration(task_id="future", binding="whole", params=[]),
+            TaskHandlerDeclaration(
+                task_id="old", binding="named", params=[TaskHandlerParam(name="x", required=False)]
+            ),
+        ]
+    }
+    # The unknown mode is left out of Airflow's row, Design A's required dropped ...
+    assert stored_task_handlers(handlers) == {
+        "etl": [
+            {
+                "task_id": "old",
+                "binding": "named",
+                "params": [{"name": "x", "value_schema": None, "exact_name": False}],
+            }
+        ]
+    }
+    # ... and the runtime's answer is kept as it was, for the fast path to validate the same.
+    assert declared_task_handlers(handlers) == {
+        "etl": [
+            {"task_id": "future", "binding": "whole", "params": []},
+            {
+                "task_id": "old",
+                "binding": "named",
+                "params": [
+                    {"name": "x", "value_schema": None, "exact_name": False, "required": False}
                 ],
             },
         ]

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from taskhandler_operator.limits import MAX_FRAME_SIZE
 from taskhandler_operator.protocol.frames import (
-    DEFAULT_MAX_FRAME_SIZE,
     FrameTooLarge,
     FrameTruncated,
     MalformedFrame,
@@ -149,11 +149,11 @@ async def test_read_frames_until_clean_end() -> None:
 async def test_size_limit_is_enforced_from_the_header_alone() -> None:
     # Only the header is available and the stream stays open: a reader that tried to read
     # the body would wait forever, so returning at all proves the check comes first.
-    reader = reader_with(struct.pack(">I", DEFAULT_MAX_FRAME_SIZE + 1), eof=False)
+    reader = reader_with(struct.pack(">I", MAX_FRAME_SIZE + 1), eof=False)
     with pytest.raises(FrameTooLarge) as info:
         await asyncio.wait_for(read_frame(reader), 5)
     assert str(info.value) == "frame of 16777217 bytes exceeds the limit of 16777216 bytes"
-    assert info.value.length == DEFAULT_MAX_FRAME_SIZE + 1
+    assert info.value.length == MAX_FRAME_SIZE + 1
 
 
 async def test_configurable_limit() -> None:

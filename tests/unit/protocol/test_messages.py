@@ -12,9 +12,9 @@ from taskhandler_operator.protocol.messages import (
     RuntimeRequest,
     TaskHandlerParseRequest,
     TaskHandlerParsingResult,
-    contains_nul,
     parse_runtime_message,
 )
+from taskhandler_operator.records import contains_nul
 
 
 def test_parse_request_body_has_no_design_a_fields() -> None:

@@ -6,9 +6,9 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from taskhandler_operator.limits import MAX_SUMMARY_BYTES
 from taskhandler_operator.protocol.messages import TaskHandlerParsingResult
 from taskhandler_operator.protocol.summary import (
-    MAX_SUMMARY_BYTES,
     RESULT_MARKER,
     ExitCode,
     LogStats,

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from taskhandler_operator.db.serialized import (
+from taskhandler_operator.airflow.serialized import (
+    DagReadProblem,
     DocumentError,
-    ReadProblem,
     decode_document,
     read_stubs,
 )
-from tests.fixtures.serialized_dags import (
+from taskhandler_operator.devenv.serialized_dags import (
     dag_document,
     literal_arg,
     python_task,
@@ -96,7 +96,7 @@ def test_unversioned_task_layout_is_read() -> None:
 def test_document_problems_concern_every_queue(document: Any, message: str) -> None:
     stubs = read(document)
     assert stubs.stubs == ()
-    assert stubs.problems == (ReadProblem(message=message),)
+    assert stubs.problems == (DagReadProblem(message=message),)
 
 
 def test_task_problems_keep_the_other_tasks() -> None:
@@ -114,19 +114,21 @@ def test_task_problems_keep_the_other_tasks() -> None:
     stubs = read(document)
     assert [s.task_id for s in stubs.stubs] == ["good"]
     assert stubs.problems == (
-        ReadProblem(
+        DagReadProblem(
             message="_arg_bindings is an object, expected a list of arguments",
             task_id="bad",
             queue="java",
         ),
-        ReadProblem(message="stub task 'q' has queue as a number, expected a string", task_id="q"),
-        ReadProblem(
+        DagReadProblem(
+            message="stub task 'q' has queue as a number, expected a string", task_id="q"
+        ),
+        DagReadProblem(
             message="task 'flag' has is_stub as a string, expected true or false",
             task_id="flag",
             queue="go",
         ),
-        ReadProblem(message="tasks[4] is a string, expected an operator"),
-        ReadProblem(message="stub tasks[5] has no task_id", queue="java"),
+        DagReadProblem(message="tasks[4] is a string, expected an operator"),
+        DagReadProblem(message="stub tasks[5] has no task_id", queue="java"),
     )
 
 

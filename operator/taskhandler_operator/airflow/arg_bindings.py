@@ -26,7 +26,7 @@ from pydantic import (
     ValidationError,
 )
 
-from taskhandler_operator.protocol.messages import ArgValueSchema
+from taskhandler_operator.records import ArgValueSchema
 
 
 class _ArgBindingBase(BaseModel):

@@ -7,7 +7,7 @@ Layout, as Airflow 3.3 writes it (``reference/serialized-dag-sample.json``)::
 
 Newer Airflow adds ``is_stub: true``, ``_arg_bindings`` and (as before) ``queue`` to a stub's
 ``__var``; a task on the default queue has no ``queue`` key. Whatever does not fit that shape
-becomes a :class:`ReadProblem` for the Dag, never an exception: one odd Dag must not stop the
+becomes a :class:`DagReadProblem` for the Dag, never an exception: one odd Dag must not stop the
 inventory of the others.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from taskhandler_operator.db.arg_bindings import (
+from taskhandler_operator.airflow.arg_bindings import (
     LiteralArgBinding,
     XComArgBinding,
     describe_json_type,
@@ -41,7 +41,7 @@ class StubTask(BaseModel):
     mapped: bool = False
 
 
-class ReadProblem(BaseModel):
+class DagReadProblem(BaseModel):
     """Something in the document we could not read.
 
     ``queue`` is the queue of the task it concerns when known; None means "could be any
@@ -65,7 +65,7 @@ class DagStubs(BaseModel):
     relative_fileloc: str
     dag_hash: str = ""
     stubs: tuple[StubTask, ...] = ()
-    problems: tuple[ReadProblem, ...] = ()
+    problems: tuple[DagReadProblem, ...] = ()
 
 
 class DocumentError(ValueError):
@@ -110,7 +110,7 @@ def read_stubs(
 ) -> DagStubs:
     """Every ``is_stub`` task of a serialized Dag, with its queue and arguments."""
 
-    def result(stubs: list[StubTask], problems: list[ReadProblem]) -> DagStubs:
+    def result(stubs: list[StubTask], problems: list[DagReadProblem]) -> DagStubs:
         return DagStubs(
             dag_id=dag_id,
             bundle_name=bundle_name,
@@ -122,14 +122,16 @@ def read_stubs(
 
     dag = document.get("dag") if isinstance(document, dict) else None
     if not isinstance(dag, dict):
-        return result([], [ReadProblem(message="the serialized Dag has no 'dag' object")])
+        return result([], [DagReadProblem(message="the serialized Dag has no 'dag' object")])
     tasks = dag.get("tasks")
     if not isinstance(tasks, list):
         found = "no 'tasks'" if tasks is None else f"'tasks' as {describe_json_type(tasks)}"
-        return result([], [ReadProblem(message=f"the serialized Dag has {found}, expected a list")])
+        return result(
+            [], [DagReadProblem(message=f"the serialized Dag has {found}, expected a list")]
+        )
 
     stubs: list[StubTask] = []
-    problems: list[ReadProblem] = []
+    problems: list[DagReadProblem] = []
     for index, entry in enumerate(tasks):
         read = _read_task(index, entry, default_queue)
         if isinstance(read, StubTask):
@@ -139,12 +141,12 @@ def read_stubs(
     return result(stubs, problems)
 
 
-def _read_task(index: int, entry: Any, default_queue: str) -> StubTask | ReadProblem | None:
+def _read_task(index: int, entry: Any, default_queue: str) -> StubTask | DagReadProblem | None:
     """A stub, a problem, or None for a task that is not a stub."""
     # Serialization versions before 2 stored operators without the __type/__var envelope.
     fields = entry.get("__var", entry) if isinstance(entry, dict) else None
     if not isinstance(fields, dict):
-        return ReadProblem(
+        return DagReadProblem(
             message=f"tasks[{index}] is {describe_json_type(entry)}, expected an operator"
         )
     is_stub = fields.get("is_stub", False)
@@ -152,7 +154,7 @@ def _read_task(index: int, entry: Any, default_queue: str) -> StubTask | ReadPro
     name = f"task {task_id!r}" if isinstance(task_id, str) else f"tasks[{index}]"
     if not isinstance(is_stub, bool):
         queue = fields.get("queue", default_queue)
-        return ReadProblem(
+        return DagReadProblem(
             message=f"{name} has is_stub as {describe_json_type(is_stub)}, expected true or false",
             task_id=task_id if isinstance(task_id, str) else None,
             queue=queue if isinstance(queue, str) else None,
@@ -163,17 +165,17 @@ def _read_task(index: int, entry: Any, default_queue: str) -> StubTask | ReadPro
     if queue is None:
         queue = default_queue
     if not isinstance(task_id, str) or not task_id:
-        return ReadProblem(
+        return DagReadProblem(
             message=f"stub tasks[{index}] has no task_id",
             queue=queue if isinstance(queue, str) else None,
         )
     if not isinstance(queue, str):
-        return ReadProblem(
+        return DagReadProblem(
             message=f"stub {name} has queue as {describe_json_type(queue)}, expected a string",
             task_id=task_id,
         )
     mapped = fields.get("_is_mapped") is True
     parsed = parse_arg_bindings(fields.get("_arg_bindings"))
     if parsed.problems:
-        return ReadProblem(message="; ".join(parsed.problems), task_id=task_id, queue=queue)
+        return DagReadProblem(message="; ".join(parsed.problems), task_id=task_id, queue=queue)
     return StubTask(task_id=task_id, queue=queue, arg_bindings=parsed.bindings, mapped=mapped)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from taskhandler_operator.db.arg_bindings import (
+from taskhandler_operator.airflow.arg_bindings import (
     LiteralArgBinding,
     XComArgBinding,
     is_passed,

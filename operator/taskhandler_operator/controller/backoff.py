@@ -1,0 +1,269 @@
+"""Retry delays, per-bundle wake-ups and the operator-wide probe-Job cap.
+
+Pure scheduling helpers for the per-bundle reconciler (one long-lived coroutine per bundle):
+
+* :class:`Backoff` computes capped exponential delays with jitter. Jitter matters because many
+  bundles tend to fail together (the database restarts, a git host goes down); without it they
+  all retry in the same second and fail together again.
+* :class:`Wakeup` lets event handlers wake a sleeping reconciler early (spec change, Job event,
+  reconcile-now annotation) without losing a wake-up that arrives while a pass is running.
+* :class:`JobSlots` counts probe Jobs against a global and a per-bundle cap. Jobs outlive the
+  coroutine that created them (and the operator process), so the cap counts Jobs observed in
+  the cluster rather than holding an ``asyncio.Semaphore`` across a Job's life.
+
+Randomness and time are injected so the unit tests are exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+BundleKey = tuple[str, str]
+"""(namespace, name) of a TaskHandlerBundle."""
+
+
+class Jitter(enum.Enum):
+    FULL = "full"
+    """``uniform(0, min(cap, base * factor**attempt))``: spreads retries widest."""
+    DECORRELATED = "decorrelated"
+    """``min(cap, uniform(base, previous * 3))``: never below ``base``, grows from the last one."""
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """A retry policy: ``base`` and ``cap`` in seconds."""
+
+    base: float = 5.0
+    cap: float = 300.0
+    factor: float = 2.0
+    jitter: Jitter = Jitter.DECORRELATED
+
+    def __post_init__(self) -> None:
+        if not 0 < self.base <= self.cap:
+            raise ValueError(f"back-off needs 0 < base <= cap, got base={self.base} cap={self.cap}")
+        if self.factor < 1:
+            raise ValueError(f"back-off factor must be at least 1, got {self.factor}")
+
+    def ceiling(self, attempt: int) -> float:
+        """The un-jittered delay of the ``attempt``-th retry (0-based), capped."""
+        if attempt < 0:
+            raise ValueError(f"attempt must be >= 0, got {attempt}")
+        try:
+            return min(self.cap, self.base * self.factor**attempt)
+        except OverflowError:  # a bundle failing for days: the cap was reached long ago
+            return self.cap
+
+    def delay(self, attempt: int, previous: float | None, rand: random.Random) -> float:
+        """The delay before retry number ``attempt`` (0-based).
+
+        ``previous`` is the delay returned for the attempt before (decorrelated jitter grows
+        from it); None for the first retry.
+        """
+        if self.jitter is Jitter.FULL:
+            return rand.uniform(0.0, self.ceiling(attempt))
+        last = self.base if previous is None else max(previous, self.base)
+        return min(self.cap, rand.uniform(self.base, last * 3.0))
+
+    def start(self, rand: random.Random | None = None) -> RetryState:
+        return RetryState(self, rand or random.Random())  # noqa: S311 - jitter, not crypto
+
+
+@dataclass
+class RetryState:
+    """The retry counter of one bundle: ``next_delay()`` after a failure, ``reset()`` on success."""
+
+    policy: Backoff
+    rand: random.Random
+    attempt: int = 0
+    previous: float | None = None
+
+    def next_delay(self) -> float:
+        delay = self.policy.delay(self.attempt, self.previous, self.rand)
+        self.attempt += 1
+        self.previous = delay
+        return delay
+
+    def reset(self) -> None:
+        self.attempt = 0
+        self.previous = None
+
+    @property
+    def failing(self) -> bool:
+        return self.attempt > 0
+
+
+def jittered(interval: float, rand: random.Random, spread: float = 0.2) -> float:
+    """``interval`` scaled by ``uniform(1 - spread, 1 + spread)``.
+
+    Used for the resync interval, so bundles created together (a Helm install, an operator
+    restart) do not all resync in the same second forever after.
+    """
+    if interval < 0:
+        raise ValueError(f"interval must be >= 0, got {interval}")
+    if not 0 <= spread < 1:
+        raise ValueError(f"spread must be in [0, 1), got {spread}")
+    return interval * rand.uniform(1.0 - spread, 1.0 + spread)
+
+
+class Wakeup:
+    """Wakes one bundle's reconciler early, remembering why.
+
+    A wake-up that arrives while the reconciler is busy (not sleeping) is kept: the next
+    :meth:`sleep_or_wake` returns at once, so no event is lost between two passes. Reasons
+    accumulate (deduplicated, in arrival order) until the reconciler collects them. Use from
+    the event loop's thread only (asyncio.Event is not thread-safe).
+    """
+
+    MAX_REASONS = 32
+    """Bound on remembered reasons; a flood of Job events should not grow memory."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self._reasons: dict[str, None] = {}
+        self._dropped = 0
+
+    def wake(self, reason: str) -> None:
+        if reason not in self._reasons:
+            if len(self._reasons) < self.MAX_REASONS:
+                self._reasons[reason] = None
+            else:
+                self._dropped += 1
+        self._event.set()
+
+    @property
+    def pending(self) -> bool:
+        return self._event.is_set()
+
+    def collect(self) -> tuple[str, ...]:
+        """The reasons since the last collect (empty when none), clearing them."""
+        reasons = tuple(self._reasons)
+        if self._dropped:
+            reasons += (f"and {self._dropped} more",)
+        self._reasons.clear()
+        self._dropped = 0
+        self._event.clear()
+        return reasons
+
+    async def sleep_or_wake(self, seconds: float) -> tuple[str, ...]:
+        """Sleep up to ``seconds``; return the wake reasons, or () when the time ran out."""
+        if not self._event.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._event.wait(), timeout=max(seconds, 0.0))
+        return self.collect()
+
+
+class Wakeups:
+    """The :class:`Wakeup` of every bundle, keyed by (namespace, name).
+
+    ``wake`` creates the entry when the reconciler has not started yet (kopf may deliver a
+    create event before the daemon runs), so that first wake-up is not lost. The reconciler
+    calls :meth:`discard` when it exits.
+    """
+
+    def __init__(self) -> None:
+        self._by_bundle: dict[BundleKey, Wakeup] = {}
+
+    def get(self, namespace: str, name: str) -> Wakeup:
+        return self._by_bundle.setdefault((namespace, name), Wakeup())
+
+    def wake(self, namespace: str, name: str, reason: str) -> None:
+        self.get(namespace, name).wake(reason)
+
+    def wake_all(self, reason: str) -> None:
+        for wakeup in self._by_bundle.values():
+            wakeup.wake(reason)
+
+    def discard(self, namespace: str, name: str) -> None:
+        self._by_bundle.pop((namespace, name), None)
+
+    def __len__(self) -> int:
+        return len(self._by_bundle)
+
+
+@dataclass
+class JobSlots:
+    """Probe Jobs counted against a per-operator ``capacity`` and a per-bundle limit.
+
+    Level-triggered like the reconciler: each pass reports the Jobs it observes running for its
+    bundle with :meth:`observe` (so a restarted operator counts the Jobs it adopts), asks for a
+    slot per Job it wants to create with :meth:`acquire`, and Jobs that finished leave the count
+    at the next :meth:`observe` or by :meth:`release`. A bundle that was refused a slot is
+    told when one frees up, through ``on_freed`` (typically ``Wakeups.wake``), so no bundle
+    waits for its interval while slots sit idle. Every refused bundle is told (in the order they
+    were refused), not just as many as slots freed: one that no longer needs a slot must not
+    leave it idle while another waits; the ones refused again simply wait again.
+    """
+
+    capacity: int
+    on_freed: Callable[[BundleKey], None] | None = None
+    _held: dict[BundleKey, set[str]] = field(default_factory=dict)
+    _waiting: dict[BundleKey, None] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.capacity < 1:
+            raise ValueError(f"the probe Job cap must be at least 1, got {self.capacity}")
+
+    @property
+    def in_use(self) -> int:
+        return sum(len(jobs) for jobs in self._held.values())
+
+    @property
+    def available(self) -> int:
+        return max(self.capacity - self.in_use, 0)
+
+    def held(self, bundle: BundleKey) -> frozenset[str]:
+        return frozenset(self._held.get(bundle, ()))
+
+    def observe(self, bundle: BundleKey, running: Iterable[str]) -> None:
+        """Make ``bundle``'s count exactly the Jobs observed running (may exceed the caps:
+        adopted Jobs run whatever the limit, they only block new ones)."""
+        before = self.in_use
+        jobs = set(running)
+        if jobs:
+            self._held[bundle] = jobs
+        else:
+            self._held.pop(bundle, None)
+        if self.in_use < before:
+            self._notify()
+
+    def acquire(self, bundle: BundleKey, job: str, bundle_limit: int) -> bool:
+        """Take a slot for ``job``; True when it may be created. Idempotent per Job name."""
+        jobs = self._held.get(bundle, set())
+        if job in jobs:
+            return True
+        if len(jobs) >= bundle_limit:
+            return False  # the bundle's own Jobs will wake it when they finish
+        if self.in_use >= self.capacity:
+            self._waiting.setdefault(bundle, None)
+            return False
+        self._held.setdefault(bundle, set()).add(job)
+        self._waiting.pop(bundle, None)
+        return True
+
+    def release(self, bundle: BundleKey, job: str) -> None:
+        jobs = self._held.get(bundle)
+        if jobs is None or job not in jobs:
+            return
+        jobs.discard(job)
+        if not jobs:
+            del self._held[bundle]
+        self._notify()
+
+    def forget(self, bundle: BundleKey) -> None:
+        """The bundle is gone: free its slots and stop waiting for it."""
+        self._waiting.pop(bundle, None)
+        if self._held.pop(bundle, None):
+            self._notify()
+
+    def _notify(self) -> None:
+        if not self.available or self.on_freed is None:
+            return
+        waiting = list(self._waiting)
+        self._waiting.clear()
+        for bundle in waiting:
+            self.on_freed(bundle)

@@ -1,0 +1,18 @@
+"""Development environment helpers: not used by the operator, never imported by it.
+
+What ``make demo``, the tests and the benchmarks share, in one place, so the demo needs nothing
+from ``tests/``. They expect a source checkout (the Airflow side venv script in ``hack/``, the
+runtime sources in ``tests/fixtures/runtimes/``) and the toolchains ``make system-deps``
+installs:
+
+* :mod:`.postgres`: a throwaway PostgreSQL server and the pinned Airflow's CLI in its side venv
+  (``airflow db migrate``, ``airflow dags reserialize``);
+* :mod:`.runtimes`: the Go, Java and TypeScript test runtimes, built with the real toolchains
+  and cached under ``$THOP_CACHE/runtimes``;
+* :mod:`.packers`: the three artifact formats packed from parts;
+* :mod:`.serialized_dags`: serialized Dag documents with stub tasks, and the Airflow rows that
+  hold them;
+* :mod:`.scratch`: where throwaway servers keep their data (tmpfs when roomy).
+
+The pytest plugins in ``tests/fixtures/`` turn these into fixtures.
+"""

@@ -1,0 +1,37 @@
+"""Names of the TaskHandlerBundle resource and the labels and annotations the operator uses."""
+
+from __future__ import annotations
+
+from typing import Final
+
+GROUP: Final = "langsdk.dev"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "TaskHandlerBundle"
+LIST_KIND: Final = "TaskHandlerBundleList"
+PLURAL: Final = "taskhandlerbundles"
+SINGULAR: Final = "taskhandlerbundle"
+SHORT_NAMES: Final = ("thb",)
+CATEGORIES: Final = ("langsdk",)
+CRD_NAME: Final = f"{PLURAL}.{GROUP}"
+CRD_FILE: Final = f"crds/{CRD_NAME}.yaml"
+
+# A Kubernetes object name used as a label value must fit a label value (63 characters).
+MAX_BUNDLE_RESOURCE_NAME: Final = 63
+
+# Labels on everything the operator creates (probe Jobs and their pods).
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+LABEL_NAME: Final = "app.kubernetes.io/name"
+LABEL_BUNDLE: Final = f"{GROUP}/bundle"
+LABEL_BUNDLE_UID: Final = f"{GROUP}/bundle-uid"
+MANAGER: Final = "taskhandler-operator"
+PROBE_APP: Final = "taskhandler-probe"
+
+# Annotations on a probe Job: which artifact it probes, so a restarted operator reads it back.
+ANNOTATION_ARTIFACT_PATH: Final = f"{GROUP}/artifact-path"
+ANNOTATION_ARTIFACT_SIZE: Final = f"{GROUP}/artifact-size"
+ANNOTATION_CACHE_DIGEST: Final = f"{GROUP}/cache-digest"
+
+# On a TaskHandlerBundle: any new value asks for a reconcile now (Flux's requestedAt);
+# the value handled last is echoed in status.lastHandledReconcileAt.
+ANNOTATION_RECONCILE_REQUESTED_AT: Final = f"{GROUP}/reconcile-requested-at"

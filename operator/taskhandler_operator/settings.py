@@ -1,0 +1,218 @@
+"""The operator's settings: one typed object read from the environment and command-line flags.
+
+Every setting has an environment variable (``THOP_`` + its name in upper case) and a flag
+(``--`` + its name with dashes); a flag wins over the variable, the variable over the default.
+:func:`load_settings` is the one place they are read; a bad value is a :class:`SettingsError`
+whose one-line message names the variable and the flag. See docs/settings.md for the table.
+
+The database URL usually carries a password, so it may come from a file instead
+(``THOP_DATABASE_URL_FILE``, a mounted Secret) and is kept as a ``SecretStr``: it never
+appears in a repr, a log or an error message.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AnyHttpUrl,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+ENV_PREFIX = "THOP_"
+Port = Annotated[int, Field(ge=1, le=65535)]
+LogFormat = Literal["json", "text"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+class SettingsError(ValueError):
+    """A setting that is missing, malformed or contradictory; the message is one line."""
+
+
+class RuntimeImages(BaseModel):
+    """The container image that runs each language's probe.
+
+    Go artifacts are static executables: without an image of their own they run in the
+    operator's image. A language without an image cannot be probed; its bundles say so.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    go: str | None = None
+    java: str | None = None
+    typescript: str | None = None
+
+
+def _split_list(value: object) -> object:
+    """``a, b,c`` -> ``("a", "b", "c")``: lists in variables are comma-separated."""
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return value
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="ignore",
+        frozen=True,
+        # THOP_ variables a probe pod or a test sets (THOP_TERMINATION_LOG, THOP_CACHE, ...)
+        # are not settings of the operator; only the fields below are read.
+    )
+
+    database_url: SecretStr | None = Field(
+        default=None, description="SQLAlchemy URL of Airflow's PostgreSQL metadata database"
+    )
+    database_url_file: Path | None = Field(
+        default=None, description="a file holding the database URL (a mounted Secret)"
+    )
+    namespaces: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="namespaces to watch, comma-separated; empty means every namespace",
+    )
+    cluster_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        description="this cluster's identity in bundle claims; default: the uid of the "
+        "kube-system namespace, which differs between clusters",
+    )
+    revision_store: Path = Field(
+        default=Path("/var/lib/taskhandler-operator/revisions"),
+        description="folder holding synced source revisions",
+    )
+    revisions_kept: int = Field(default=3, ge=1, description="revisions kept per bundle")
+    artifact_server_bind: str = Field(
+        default="0.0.0.0:8090",
+        pattern=r"^[^\s:]*:\d{1,5}$",
+        description="host:port the artifact server listens on",
+    )
+    artifact_server_url: AnyHttpUrl | None = Field(
+        default=None,
+        description="base URL probe pods download artifacts from; default: the operator "
+        "Service's address",
+    )
+    runtime_images: RuntimeImages = Field(
+        default_factory=RuntimeImages, description="probe image per language"
+    )
+    probe_parallelism: int = Field(
+        default=4, ge=1, le=256, description="probe Jobs running at once, all bundles together"
+    )
+    metrics_port: Port = Field(default=8080, description="Prometheus metrics port")
+    health_port: Port = Field(default=8081, description="liveness/readiness probe port")
+    log_format: LogFormat = Field(default="json", description="json or text")
+    log_level: LogLevel = Field(default="info", description="debug, info, warning or error")
+
+    _split_namespaces = field_validator("namespaces", mode="before")(_split_list)
+
+    def resolved_database_url(self) -> str | None:
+        """The database URL from ``database_url`` or the file ``database_url_file``; None when
+        neither is set. Raises :class:`SettingsError` when both are, or the file is unusable."""
+        if self.database_url is not None and self.database_url_file is not None:
+            raise SettingsError(
+                f"set {ENV_PREFIX}DATABASE_URL (--database-url) or {ENV_PREFIX}DATABASE_URL_FILE "
+                "(--database-url-file), not both"
+            )
+        if self.database_url is not None:
+            return self.database_url.get_secret_value()
+        if self.database_url_file is None:
+            return None
+        path = self.database_url_file
+        try:
+            url = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise SettingsError(f"cannot read the database URL file {path}: {reason}") from None
+        if not url:
+            raise SettingsError(f"the database URL file {path} is empty")
+        return url
+
+
+def flag_of(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def env_of(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
+def add_arguments(parser: argparse.ArgumentParser, names: Sequence[str] | None = None) -> None:
+    """Add a flag for each setting in ``names`` (all by default). Flags default to None, so an
+    absent flag leaves the environment's value."""
+    for name in names if names is not None else list(Settings.model_fields):
+        field = Settings.model_fields[name]
+        help_text = f"{field.description} (default: ${env_of(name)})"
+        if name == "runtime_images":
+            parser.add_argument(
+                "--runtime-image",
+                dest="runtime_images",
+                action="append",
+                metavar="LANGUAGE=IMAGE",
+                help=f"probe image of one language, repeatable (default: "
+                f"${ENV_PREFIX}RUNTIME_IMAGES__<LANGUAGE>)",
+            )
+        elif name == "namespaces":
+            parser.add_argument(
+                "--namespace",
+                dest="namespaces",
+                action="append",
+                metavar="NS",
+                help=f"a namespace to watch, repeatable (default: ${env_of(name)}, "
+                "comma-separated; none means every namespace)",
+            )
+        else:
+            parser.add_argument(flag_of(name), dest=name, default=None, help=help_text)
+
+
+def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for name in Settings.model_fields:
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        if name == "runtime_images":
+            value = _images_of(value)
+        values[name] = value
+    return values
+
+
+def _images_of(pairs: Sequence[str]) -> dict[str, str]:
+    images: dict[str, str] = {}
+    for pair in pairs:
+        language, sep, image = pair.partition("=")
+        if not sep or not language or not image:
+            raise SettingsError(f"--runtime-image {pair!r}: expected LANGUAGE=IMAGE")
+        images[language.strip()] = image.strip()
+    return images
+
+
+def load_settings(args: argparse.Namespace | None = None) -> Settings:
+    """The settings from ``args`` (the flags given), then the environment, then the defaults.
+    Raises :class:`SettingsError` (one line, never the value of a secret) on a bad value."""
+    try:
+        return Settings(**(_flag_values(args) if args is not None else {}))
+    except ValidationError as exc:
+        raise SettingsError(_describe(exc)) from None
+
+
+def _describe(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    loc = [str(part) for part in first.get("loc", ())]
+    name = loc[0] if loc else "?"
+    where = f"{env_of(name)} ({flag_of(name)})"
+    if name == "runtime_images" and len(loc) > 1:
+        where = f"{ENV_PREFIX}RUNTIME_IMAGES__{loc[1].upper()} (--runtime-image {loc[1]}=...)"
+    more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+    message = str(first.get("msg", "invalid"))
+    if first.get("type") == "extra_forbidden" and name == "runtime_images":
+        message = f"unknown language {loc[-1]!r}, expected go, java or typescript"
+    return f"invalid setting {where}: {message}{more}"

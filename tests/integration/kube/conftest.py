@@ -1,0 +1,19 @@
+"""The TaskHandlerBundle CRD installed on the session's control plane."""
+
+from __future__ import annotations
+
+import pytest
+
+from taskhandler_operator.kube import names
+from tests.fixtures.kubecluster.bins import REPO_ROOT
+from tests.fixtures.kubecluster.control_plane import KubeCluster
+
+
+@pytest.fixture(scope="session")
+def thb_crd(kube_cluster: KubeCluster) -> str:
+    """Apply the committed CRD (server-side, as a user would) and wait until it is Established."""
+    kube_cluster.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / names.CRD_FILE))
+    kube_cluster.kubectl(
+        "wait", "--for=condition=Established", f"crd/{names.CRD_NAME}", "--timeout=60s"
+    )
+    return names.CRD_NAME

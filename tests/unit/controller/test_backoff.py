@@ -1,0 +1,244 @@
+"""Back-off delays, wake-ups and the probe-Job cap, with seeded randomness."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from taskhandler_operator.controller.backoff import (
+    Backoff,
+    BundleKey,
+    Jitter,
+    JobSlots,
+    Wakeup,
+    Wakeups,
+    jittered,
+)
+
+A: BundleKey = ("ns", "a")
+B: BundleKey = ("ns", "b")
+C: BundleKey = ("other", "c")
+
+
+# --- Backoff ---------------------------------------------------------------------------------
+
+
+def test_ceiling_doubles_then_stays_at_the_cap() -> None:
+    policy = Backoff(base=1, cap=30, factor=2)
+    assert [policy.ceiling(n) for n in range(7)] == [1, 2, 4, 8, 16, 30, 30]
+
+
+def test_ceiling_of_a_huge_attempt_is_the_cap_not_an_overflow() -> None:
+    assert Backoff(base=5, cap=300).ceiling(100_000) == 300
+
+
+def test_full_jitter_stays_within_zero_and_the_ceiling() -> None:
+    policy = Backoff(base=1, cap=30, jitter=Jitter.FULL)
+    rand = random.Random(7)
+    for attempt in range(12):
+        for _ in range(50):
+            assert 0 <= policy.delay(attempt, None, rand) <= policy.ceiling(attempt)
+
+
+def test_full_jitter_spreads_retries_of_many_bundles() -> None:
+    # Twenty bundles failing together must not retry together.
+    policy = Backoff(base=10, cap=300, jitter=Jitter.FULL)
+    rand = random.Random(1)
+    delays = [policy.delay(3, None, rand) for _ in range(20)]
+    assert len({round(d) for d in delays}) > 10
+
+
+def test_decorrelated_jitter_never_below_base_and_never_above_cap() -> None:
+    state = Backoff(base=5, cap=60).start(random.Random(3))
+    delays = [state.next_delay() for _ in range(200)]
+    assert all(5 <= d <= 60 for d in delays)
+    assert max(delays) == 60  # the cap is reached and holds
+
+
+def test_decorrelated_delay_grows_from_the_previous_one() -> None:
+    policy = Backoff(base=1, cap=1000)
+
+    class Top(random.Random):
+        def uniform(self, a: float, b: float) -> float:
+            return b  # the largest value the jitter allows
+
+    rand = Top()
+    assert policy.delay(0, None, rand) == 3
+    assert policy.delay(1, 3, rand) == 9
+    assert policy.delay(2, 900, rand) == 1000
+
+
+def test_retry_state_counts_and_resets() -> None:
+    state = Backoff(base=2, cap=10).start(random.Random(0))
+    assert not state.failing
+    first = state.next_delay()
+    state.next_delay()
+    assert state.failing and state.attempt == 2
+    state.reset()
+    assert not state.failing and state.previous is None
+    assert 2 <= first <= 6
+
+
+def test_same_seed_same_delays() -> None:
+    a = Backoff().start(random.Random(42))
+    b = Backoff().start(random.Random(42))
+    assert [a.next_delay() for _ in range(10)] == [b.next_delay() for _ in range(10)]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"base": 0}, "0 < base <= cap"),
+        ({"base": 10, "cap": 5}, "0 < base <= cap"),
+        ({"factor": 0.5}, "factor must be at least 1"),
+    ],
+)
+def test_bad_policy_is_refused_with_one_line(kwargs: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Backoff(**kwargs)  # type: ignore[arg-type]
+
+
+def test_negative_attempt_is_refused() -> None:
+    with pytest.raises(ValueError, match="attempt must be >= 0"):
+        Backoff().ceiling(-1)
+
+
+def test_jittered_interval_within_spread() -> None:
+    rand = random.Random(5)
+    values = [jittered(300, rand, spread=0.2) for _ in range(100)]
+    assert all(240 <= v <= 360 for v in values)
+    assert len(set(values)) == 100
+
+
+@pytest.mark.parametrize(("interval", "spread"), [(-1, 0.2), (10, 1.0), (10, -0.1)])
+def test_jittered_refuses_bad_arguments(interval: float, spread: float) -> None:
+    with pytest.raises(ValueError):
+        jittered(interval, random.Random(), spread)
+
+
+# --- Wakeup ------------------------------------------------------------------------------------
+
+
+async def test_sleep_times_out_with_no_reasons() -> None:
+    assert await Wakeup().sleep_or_wake(0.01) == ()
+
+
+async def test_wake_while_busy_is_not_lost() -> None:
+    wakeup = Wakeup()
+    wakeup.wake("spec changed")  # arrives while the reconciler is mid-pass
+    wakeup.wake("job finished")
+    wakeup.wake("spec changed")
+    assert wakeup.pending
+    # A long sleep returns at once with both reasons, deduplicated, in arrival order.
+    assert await asyncio.wait_for(wakeup.sleep_or_wake(3600), 5) == (
+        "spec changed",
+        "job finished",
+    )
+    assert not wakeup.pending
+
+
+async def test_wake_during_sleep_ends_it() -> None:
+    wakeup = Wakeup()
+    sleeper = asyncio.create_task(wakeup.sleep_or_wake(3600))
+    await asyncio.sleep(0)
+    assert not sleeper.done()
+    wakeup.wake("reconcile requested")
+    assert await asyncio.wait_for(sleeper, 5) == ("reconcile requested",)
+
+
+async def test_reasons_are_bounded() -> None:
+    wakeup = Wakeup()
+    for n in range(Wakeup.MAX_REASONS + 10):
+        wakeup.wake(f"job-{n} finished")
+    reasons = await wakeup.sleep_or_wake(0)
+    assert len(reasons) == Wakeup.MAX_REASONS + 1
+    assert reasons[-1] == "and 10 more"
+
+
+async def test_wakeups_registry_keeps_an_early_wake_for_a_late_reconciler() -> None:
+    wakeups = Wakeups()
+    wakeups.wake("ns", "a", "created")  # before the daemon started
+    assert await wakeups.get("ns", "a").sleep_or_wake(0) == ("created",)
+    wakeups.wake_all("stub inventory changed")
+    assert await wakeups.get("ns", "a").sleep_or_wake(0) == ("stub inventory changed",)
+    wakeups.discard("ns", "a")
+    assert len(wakeups) == 0
+
+
+# --- JobSlots ----------------------------------------------------------------------------------
+
+
+def test_slots_respect_global_and_bundle_caps() -> None:
+    slots = JobSlots(capacity=3)
+    assert slots.acquire(A, "a-1", bundle_limit=2)
+    assert slots.acquire(A, "a-2", bundle_limit=2)
+    assert not slots.acquire(A, "a-3", bundle_limit=2)  # bundle limit
+    assert slots.acquire(B, "b-1", bundle_limit=5)
+    assert not slots.acquire(B, "b-2", bundle_limit=5)  # global cap
+    assert slots.in_use == 3 and slots.available == 0
+
+
+def test_acquire_is_idempotent_per_job_name() -> None:
+    slots = JobSlots(capacity=1)
+    assert slots.acquire(A, "a-1", 1)
+    assert slots.acquire(A, "a-1", 1)
+    assert slots.in_use == 1
+
+
+def test_observed_jobs_replace_the_count_and_adopted_jobs_may_exceed_it() -> None:
+    slots = JobSlots(capacity=2)
+    # A restarted operator finds three Jobs of A still running: they all count.
+    slots.observe(A, ["a-1", "a-2", "a-3"])
+    assert slots.in_use == 3 and slots.available == 0
+    assert not slots.acquire(B, "b-1", 5)
+    slots.observe(A, ["a-3"])
+    assert slots.held(A) == {"a-3"}
+    assert slots.acquire(B, "b-1", 5)
+
+
+def test_freed_slots_wake_every_refused_bundle_in_order() -> None:
+    woken: list[BundleKey] = []
+    slots = JobSlots(capacity=1, on_freed=woken.append)
+    assert slots.acquire(A, "a-1", 1)
+    assert not slots.acquire(B, "b-1", 1)
+    assert not slots.acquire(C, "c-1", 1)
+    assert not slots.acquire(B, "b-2", 1)  # asking twice queues once
+    slots.release(A, "a-1")
+    assert woken == [B, C]
+    slots.release(A, "a-1")  # nothing held: nobody is woken again
+    assert woken == [B, C]
+
+
+def test_a_bundle_refused_by_its_own_limit_is_not_queued() -> None:
+    woken: list[BundleKey] = []
+    slots = JobSlots(capacity=5, on_freed=woken.append)
+    assert slots.acquire(A, "a-1", 1)
+    assert not slots.acquire(A, "a-2", 1)
+    slots.release(A, "a-1")
+    assert woken == []  # its own Job's event wakes it, not the slot pool
+
+
+def test_forget_frees_a_deleted_bundles_slots() -> None:
+    woken: list[BundleKey] = []
+    slots = JobSlots(capacity=1, on_freed=woken.append)
+    slots.observe(A, ["a-1"])
+    assert not slots.acquire(B, "b-1", 1)
+    slots.forget(A)
+    assert woken == [B]
+    assert slots.acquire(B, "b-1", 1)
+
+
+def test_observe_fewer_jobs_wakes_waiters() -> None:
+    woken: list[BundleKey] = []
+    slots = JobSlots(capacity=1, on_freed=woken.append)
+    slots.observe(A, ["a-1"])
+    assert not slots.acquire(B, "b-1", 1)
+    slots.observe(A, [])
+    assert woken == [B]
+
+
+def test_zero_capacity_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        JobSlots(capacity=0)
