@@ -12,7 +12,8 @@ export THOP_CACHE
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: demo test lint typecheck unit venv system-deps k8s-bins versitygw airflow-venv clean
+.PHONY: demo test lint typecheck unit venv system-deps k8s-bins versitygw airflow-venv node-venv clean \
+	chart-files kind-up kind-images kind-postgres kind-airflow-schema kind-install kind-examples kind-down
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +36,10 @@ versitygw:
 airflow-venv:
 	@bash hack/airflow-venv.sh
 
+# The venv probe pods run from on the process node (non-root, outside /root).
+node-venv: system-deps
+	@bash hack/node-venv.sh >/dev/null
+
 demo: venv system-deps airflow-venv
 	$(BIN)/python hack/demo.py
 
@@ -49,8 +54,57 @@ typecheck: venv
 unit: venv
 	$(BIN)/pytest tests/unit
 
-test: venv system-deps k8s-bins versitygw airflow-venv lint typecheck
+test: venv system-deps k8s-bins versitygw airflow-venv node-venv lint typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache .grimp_cache build *.egg-info operator/*.egg-info
+
+# Regenerate the chart's copies of generated files (unit tests fail when they drift).
+chart-files: venv
+	$(BIN)/taskhandler-operator crd > crds/taskhandlerbundles.langsdk.dev.yaml
+	cp crds/taskhandlerbundles.langsdk.dev.yaml charts/taskhandler-operator/files/crd.yaml
+	$(BIN)/taskhandler-operator rbac > charts/taskhandler-operator/files/rbac-rules.yaml
+	$(BIN)/python -m tests.unit.chart.values_doc
+
+# --- For people with Docker and kind (docs/install.md); not run in CI. ----------------------
+KIND_CLUSTER ?= taskhandler
+IMAGE_TAG    ?= $(shell sed -n 's/^appVersion: "\(.*\)"/\1/p' charts/taskhandler-operator/Chart.yaml)
+IMAGE_REPO   ?= ghcr.io/langsdk
+THOP_NS      ?= taskhandler-system
+
+kind-up:
+	kind create cluster --config kind-config.yaml --name $(KIND_CLUSTER)
+
+kind-images:
+	docker build -f images/operator/Dockerfile -t $(IMAGE_REPO)/taskhandler-operator:$(IMAGE_TAG) .
+	docker build -f images/probe-java/Dockerfile -t $(IMAGE_REPO)/taskhandler-probe-java:$(IMAGE_TAG) .
+	docker build -f images/probe-node/Dockerfile -t $(IMAGE_REPO)/taskhandler-probe-node:$(IMAGE_TAG) .
+	kind load docker-image --name $(KIND_CLUSTER) $(IMAGE_REPO)/taskhandler-operator:$(IMAGE_TAG) \
+	  $(IMAGE_REPO)/taskhandler-probe-java:$(IMAGE_TAG) $(IMAGE_REPO)/taskhandler-probe-node:$(IMAGE_TAG)
+
+kind-postgres:
+	kubectl create namespace airflow --dry-run=client -o yaml | kubectl apply -f -
+	kubectl apply -f hack/kind/postgres.yaml
+	kubectl -n airflow rollout status statefulset/postgres --timeout=180s
+
+# Airflow's own schema, created by Airflow itself (make airflow-venv) through a port-forward.
+kind-airflow-schema: airflow-venv
+	kubectl -n airflow port-forward svc/postgres 15432:5432 & pf=$$!; sleep 3; \
+	  AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=postgresql+psycopg2://airflow:airflow@127.0.0.1:15432/airflow \
+	  $$(ls -d $(THOP_CACHE)/airflow-[0-9]*/ | head -1)bin/airflow db migrate; rc=$$?; kill $$pf; exit $$rc
+
+kind-install:
+	kubectl create namespace $(THOP_NS) --dry-run=client -o yaml | kubectl apply -f -
+	kubectl -n $(THOP_NS) create secret generic airflow-db \
+	  --from-literal=url=postgresql+psycopg://airflow:airflow@postgres.airflow.svc:5432/airflow \
+	  --dry-run=client -o yaml | kubectl apply -f -
+	helm upgrade --install thop charts/taskhandler-operator -n $(THOP_NS) \
+	  --set database.existingSecret=airflow-db --set image.pullPolicy=Never --wait
+
+kind-examples:
+	kubectl apply -f examples/secrets.yaml -f examples/go-git.yaml
+	kubectl get thb
+
+kind-down:
+	kind delete cluster --name $(KIND_CLUSTER)

@@ -9,6 +9,8 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 command -v openssl >/dev/null || missing+=(openssl)
 command -v git >/dev/null || missing+=(git)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+# The process node's venv (hack/node-venv.sh) is built from Debian's python3.
+/usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "system-deps: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive

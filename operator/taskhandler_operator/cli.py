@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "taskhandler_operator.db.commands",
     "taskhandler_operator.kube.commands",
     "taskhandler_operator.sources.commands",
+    "taskhandler_operator.controller.commands",
 )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from taskhandler_operator.kube import names
@@ -16,4 +18,11 @@ def thb_crd(kube_cluster: KubeCluster) -> str:
     kube_cluster.kubectl(
         "wait", "--for=condition=Established", f"crd/{names.CRD_NAME}", "--timeout=60s"
     )
+    # Established is not yet served by discovery/OpenAPI: the first `kubectl explain thb` can
+    # still answer "doesn't have a resource type". Wait (bounded) until the short name resolves.
+    deadline = time.monotonic() + 60
+    while kube_cluster.kubectl("explain", "thb", check=False).returncode != 0:
+        if time.monotonic() > deadline:
+            pytest.fail("kubectl explain thb: the CRD was not served within 60s")
+        time.sleep(0.5)
     return names.CRD_NAME

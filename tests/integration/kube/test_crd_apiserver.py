@@ -136,7 +136,8 @@ def test_bundle_name_is_immutable_but_other_fields_change(
 def test_explain_shows_field_descriptions(kube_cluster: KubeCluster) -> None:
     out = kube_cluster.kubectl("explain", "thb.spec.source.git").stdout
     assert "A git repository." in out
-    assert "Branch, tag or full commit to check out." in out
+    # kubectl wraps long descriptions: compare with whitespace folded.
+    assert "Branch, tag or full 40-hex commit to check out" in " ".join(out.split())
     assert "url\t<string> -required-" in out
     assert "Repository URL" in out
     probe = kube_cluster.kubectl("explain", "thb.spec.probe.parallelism").stdout

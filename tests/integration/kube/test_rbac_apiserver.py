@@ -39,6 +39,8 @@ NEEDED: list[tuple[str, str, tuple[str, ...]]] = [
     ("get", "pods", ("--subresource=log",)),
     ("create", "events", ()),
     ("patch", "events", ()),
+    ("create", "events.events.k8s.io", ()),
+    ("patch", "events.events.k8s.io", ()),
     ("get", "secrets", ()),
 ]
 FORBIDDEN: list[tuple[str, str, tuple[str, ...]]] = [

@@ -5,7 +5,20 @@ from __future__ import annotations
 import subprocess
 import sys
 
-MODULES = ("backoff", "health", "kubeapi", "leader", "logs", "metrics")
+MODULES = (
+    "backoff",
+    "bundle",
+    "commands",
+    "health",
+    "kubeapi",
+    "leader",
+    "logs",
+    "metrics",
+    "probing",
+    "report",
+    "runtime",
+    "syncing",
+)
 
 
 def test_runtime_modules_do_not_import_kopf() -> None:

@@ -101,7 +101,7 @@ def test_parse_duration_refuses(text: str) -> None:
 def test_source_kinds_each_validate() -> None:
     for source in (
         {"http": {"url": "https://h/x.tgz", "sha256": "b" * 64}},
-        {"s3": {"bucket": "bundles", "endpoint": "http://127.0.0.1:9000"}},
+        {"s3": {"bucket": "bkt", "endpoint": "http://127.0.0.1:9000"}},
         {"volume": {"path": "/data/bundles", "subPath": "etl"}},
     ):
         assert spec(source=source).source.model_dump(exclude_none=True)

@@ -1,0 +1,273 @@
+"""The ``Prober`` port in a cluster: one probe Job per artifact, read back when it finishes.
+
+For each artifact the pass wants probed, :class:`JobProber`:
+
+1. signs URLs on the artifact server for the files the probe pod downloads (the artifact; for
+   Java every ``*.jar`` of the revision, the bundle's classpath), each with its sha256;
+2. builds the Job with :func:`~taskhandler_operator.kube.probe_job.build_probe_job` (its name
+   is deterministic, so a restarted operator adopts the Job it created before);
+3. takes a slot (at most ``probe.parallelism`` Jobs of the bundle, and the operator-wide cap of
+   :class:`~taskhandler_operator.controller.backoff.JobSlots`), creates or adopts the Job;
+4. waits for it to finish, woken by Job events from the watch (:class:`JobSignals`) with a
+   poll as the fallback, reads the probe container's termination message and log, and accepts
+   the result only through :func:`~taskhandler_operator.protocol.summary.accept_result` (the
+   log's result must hash to the summary's sha256); a failed Job becomes a ``ProbeFailed``
+   with :func:`~taskhandler_operator.kube.probe_job.job_outcome`'s reason.
+
+``codes`` keeps the CamelCase reason of each failure (the port's ``ProbeFailed`` carries only
+the sentence), for the status' artifact list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from taskhandler_operator.artifacts.models import Language
+from taskhandler_operator.controller.backoff import BundleKey, JobSlots
+from taskhandler_operator.controller.kubeapi import KubeApi, KubeApiError, NotFound
+from taskhandler_operator.controller.metrics import Metrics
+from taskhandler_operator.kube.probe_job import (
+    PROBE_CONTAINER,
+    BundleIdentity,
+    FetchFile,
+    ProbeFailure,
+    ProbeJobRequest,
+    ProbePhase,
+    ProbePodSettings,
+    ProbeTarget,
+    active_deadline_seconds,
+    build_probe_job,
+    job_outcome,
+)
+from taskhandler_operator.kube.spec import TaskHandlerBundleSpec
+from taskhandler_operator.protocol.summary import ResultRejected, accept_result
+from taskhandler_operator.reconcile.models import ProbeAccepted, ProbeFailed, ProbeRequest
+from taskhandler_operator.sources.server import ArtifactServer
+
+__all__ = ["JobProber", "JobSignals"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds between reads of a running Job when no watch event arrives (the fallback).
+POLL_SECONDS = 10.0
+#: Largest probe log read (the result is one line of it; limits.py bounds results lower).
+RESULT_LOG_LIMIT = 32 * 1024 * 1024
+#: Failures that say nothing about the artifact: the Job is deleted so the next pass retries.
+TRANSIENT = {
+    ProbeFailure.POD_LOST.value,
+    ProbeFailure.EVICTED.value,
+    ProbeFailure.FETCH_FAILED.value,
+    ProbeFailure.JOB_DELETED.value,
+}
+
+
+class JobSignals:
+    """Wakes the coroutines waiting for a Job: the watch handler calls :meth:`changed`."""
+
+    def __init__(self) -> None:
+        self._events: dict[tuple[str, str], asyncio.Event] = {}
+        self.freed = asyncio.Event()  # set whenever a probe slot may have freed up
+
+    def changed(self, namespace: str, name: str) -> bool:
+        """Wake the pass waiting for this Job; False when none waits (an older Job)."""
+        event = self._events.get((namespace, name))
+        if event is None:
+            return False
+        event.set()
+        return True
+
+    def expect(self, namespace: str, name: str) -> None:
+        """Register interest before the Job exists, so its first event is not missed."""
+        self._events.setdefault((namespace, name), asyncio.Event())
+
+    async def wait(self, namespace: str, name: str, timeout: float) -> None:  # noqa: ASYNC109
+        event = self._events.setdefault((namespace, name), asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout)
+        event.clear()
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._events.pop((namespace, name), None)
+
+
+@dataclass
+class JobProber:
+    """Probes one bundle's artifacts with Jobs (one instance per pass)."""
+
+    kube: KubeApi
+    artifacts: ArtifactServer
+    slots: JobSlots
+    signals: JobSignals
+    metrics: Metrics
+    bundle: BundleIdentity
+    spec: TaskHandlerBundleSpec
+    operator_image: str
+    runtime_images: Mapping[Language, str]
+    pod_settings: ProbePodSettings = field(default_factory=ProbePodSettings)
+    poll_seconds: float = POLL_SECONDS
+    codes: dict[str, str] = field(default_factory=dict)
+    jobs_created: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> BundleKey:
+        return (self.bundle.namespace, self.bundle.name)
+
+    async def __call__(self, request: ProbeRequest) -> ProbeAccepted | ProbeFailed:
+        rel = request.candidate.rel_path
+        try:
+            files = await self._files(request)
+        except (OSError, ValueError) as exc:
+            return self._fail(rel, "ArtifactUnavailable", f"cannot serve the artifact: {exc}")
+        target = ProbeTarget(rel, request.candidate.size_bytes, request.candidate.cache_digest)
+        try:
+            job_request = ProbeJobRequest.for_bundle(
+                self.bundle,
+                self.spec,
+                target,
+                files,
+                operator_image=self.operator_image,
+                runtime_images=self.runtime_images,
+                settings=self.pod_settings,
+            )
+            manifest = build_probe_job(job_request)
+        except ValueError as exc:
+            return self._fail(rel, "NoProbeImage", str(exc))
+        name = str(manifest["metadata"]["name"])
+        await self._take_slot(name)
+        self.signals.expect(self.bundle.namespace, name)
+        try:
+            created = await self.kube.create_job(self.bundle.namespace, manifest)
+            if created.created:
+                self.jobs_created.append(name)
+                log.info("probe Job %s created for %s", name, rel)
+            else:
+                log.info("probe Job %s adopted for %s", name, rel)
+            limit = active_deadline_seconds(job_request) + 120
+            return await self._await_result(name, rel, limit)
+        finally:
+            self.slots.release(self.key, name)
+            self.signals.forget(self.bundle.namespace, name)
+            self.signals.freed.set()
+
+    # --- steps ---------------------------------------------------------------------------------
+
+    async def _files(self, request: ProbeRequest) -> list[FetchFile]:
+        rels = [request.candidate.rel_path]
+        if request.language is Language.JAVA:
+            jars = await asyncio.to_thread(_jars, request.bundle_root)
+            rels = sorted(set(rels) | set(jars))
+        files: list[FetchFile] = []
+        for rel in rels:
+            entry = await self.artifacts.manifest_entry(
+                self.bundle.namespace,
+                self.bundle.name,
+                request.revision,
+                rel,
+                expires_in=float(self.pod_settings.deadline_allowance_seconds + 3600),
+            )
+            files.append(
+                FetchFile(entry["path"], entry["url"], entry["sha256"], int(entry["size"]))
+            )
+        return files
+
+    async def _take_slot(self, name: str) -> None:
+        while not self.slots.acquire(self.key, name, self.spec.probe.parallelism):
+            self.signals.freed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.signals.freed.wait(), self.poll_seconds)
+
+    async def _await_result(self, name: str, rel: str, limit: float) -> ProbeAccepted | ProbeFailed:
+        namespace = self.bundle.namespace
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + limit
+        while True:
+            try:
+                job: dict[str, object] | None = await self.kube.get_job(namespace, name)
+            except NotFound:
+                job = None
+            pod = await self._pod(name) if job is not None else None
+            outcome = job_outcome(job, pod)
+            if outcome.finished and outcome.phase is ProbePhase.FAILED and pod is not None:
+                tail = await self._log(pod, tail_lines=20)
+                outcome = job_outcome(job, pod, tail)
+            if outcome.phase is ProbePhase.SUCCEEDED:
+                assert outcome.summary is not None and pod is not None
+                text = await self._log(pod)
+                try:
+                    result = await asyncio.to_thread(accept_result, text, outcome.summary)
+                except ResultRejected as exc:
+                    return self._fail(rel, ProbeFailure.RESULT_REJECTED.value, str(exc))
+                self.metrics.count_probe(namespace, self.bundle.name, "accepted")
+                return ProbeAccepted(rel, result, summary=outcome.summary)
+            if outcome.phase is ProbePhase.FAILED:
+                if outcome.reason in TRANSIENT and job is not None:
+                    with contextlib.suppress(KubeApiError):
+                        await self.kube.delete_job(namespace, name)
+                return self._fail(
+                    rel,
+                    outcome.reason,
+                    outcome.message,
+                    summary=outcome.summary,
+                    retryable=outcome.reason in TRANSIENT,
+                )
+            if loop.time() >= give_up:
+                with contextlib.suppress(KubeApiError):
+                    await self.kube.delete_job(namespace, name)
+                return self._fail(
+                    rel,
+                    ProbeFailure.DEADLINE_EXCEEDED.value,
+                    f"the probe Job {name} did not finish within {limit:g}s ({outcome.message})",
+                    retryable=True,
+                )
+            await self.signals.wait(namespace, name, self.poll_seconds)
+
+    async def _pod(self, job_name: str) -> dict[str, object] | None:
+        pods = await self.kube.list_pods(self.bundle.namespace, f"job-name={job_name}")
+        if not pods:
+            return None
+        # The newest pod: with backoffLimit 0 there is one, unless one was deleted and replaced.
+        pods.sort(key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
+        return pods[-1]
+
+    async def _log(self, pod: Mapping[str, object], tail_lines: int | None = None) -> str:
+        meta = pod.get("metadata")
+        name = str(meta.get("name")) if isinstance(meta, dict) else ""
+        try:
+            text = await self.kube.read_container_log(
+                self.bundle.namespace,
+                name,
+                PROBE_CONTAINER,
+                limit_bytes=RESULT_LOG_LIMIT,
+                tail_lines=tail_lines,
+            )
+        except KubeApiError as exc:
+            log.info("cannot read the log of probe pod %s: %s", name, exc)
+            return ""
+        return text.text
+
+    def _fail(
+        self,
+        rel: str,
+        code: str,
+        message: str,
+        *,
+        summary: object = None,
+        retryable: bool = False,
+    ) -> ProbeFailed:
+        self.codes[rel] = code
+        outcome = "rejected" if code == ProbeFailure.ARTIFACT_REFUSED.value else "failed"
+        self.metrics.count_probe(self.bundle.namespace, self.bundle.name, outcome)
+        return ProbeFailed(rel, message, retryable=retryable, summary=summary)  # type: ignore[arg-type]
+
+
+def _jars(root: Path) -> list[str]:
+    return sorted(
+        p.relative_to(root).as_posix()
+        for p in root.rglob("*.jar")
+        if p.is_file() and not p.is_symlink()
+    )

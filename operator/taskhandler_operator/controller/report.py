@@ -1,0 +1,305 @@
+"""From what a pass observed to the bundle's status and its Events (pure; no I/O).
+
+:func:`bundle_status` rewrites the status whole from one observation: the pass' summary (or the
+error that stopped it) plus the previous status, whose revision, published revision, counts and
+lists are kept when this pass could not observe them (a source or database outage keeps the last
+good picture, as the bindings in the database stay too). :func:`transition_events` compares the
+old and new status and names the Events worth posting: only transitions, never one per pass.
+
+Condition reasons (docs/operator.md lists them with what to do):
+
+* ``SourceReady``: ``Synced``; or the sources package's reason (``AuthenticationFailed``,
+  ``NotFound``, ``SourceTimeout``, ...), ``SecretNotFound``, ``SecretUnreadable``,
+  ``ListingFailed``.
+* ``ArtifactsProbed``: ``Probed``; ``ArtifactsFailed`` (some artifact's probe failed or it was
+  refused), ``ProberFailed``.
+* ``BindingsPublished``: ``Published``; ``StubsUnbound`` (a stub on the bundle's queues has no
+  binding), ``DatabaseUnavailable``/``TransactionConflict``/``DatabaseError``.
+* ``Stalled``: ``BundleNameConflict``, ``QueueConflict``, ``InvalidSpec``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from taskhandler_operator.kube.conditions import Reasoned, set_condition, summarize
+from taskhandler_operator.kube.status import (
+    ArtifactState,
+    ArtifactStatus,
+    Condition,
+    ConditionStatus,
+    ConditionType,
+    Counts,
+    Problem,
+    TaskHandlerBundleStatus,
+    status_artifacts,
+    status_problems,
+)
+from taskhandler_operator.reconcile.errors import OwnershipConflict, PassError
+from taskhandler_operator.reconcile.steps import PassOutcome
+
+__all__ = ["EventSpec", "Observation", "bundle_status", "previous_status", "transition_events"]
+
+T = ConditionType
+S = ConditionStatus
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one pass of one bundle saw."""
+
+    generation: int
+    now: datetime
+    outcome: PassOutcome | None = None
+    error: PassError | None = None
+    stalled: Reasoned | None = None  # invalid spec: nothing was attempted
+    suspended: bool = False
+    codes: Mapping[str, str] = field(default_factory=dict)  # rel_path -> failure reason
+    requested_at: str | None = None
+    # The revision the sync step returned when a later step failed.
+    synced_revision: str | None = None
+
+
+def previous_status(body: Mapping[str, Any] | None) -> TaskHandlerBundleStatus:
+    """The stored status as a model; an unreadable one (another version wrote it) is empty."""
+    try:
+        return TaskHandlerBundleStatus.model_validate(body or {})
+    except ValidationError:
+        return TaskHandlerBundleStatus()
+
+
+def _conflict_reason(error: OwnershipConflict) -> str:
+    return "QueueConflict" if error.reason == "QueueClaimed" else "BundleNameConflict"
+
+
+def bundle_status(old: TaskHandlerBundleStatus, seen: Observation) -> TaskHandlerBundleStatus:
+    gen, now = seen.generation, seen.now
+    conditions: list[Condition] = list(old.conditions)
+    update: dict[str, Any] = {"observed_generation": gen}
+    if seen.requested_at is not None:
+        update["last_handled_reconcile_at"] = seen.requested_at
+
+    def put(type_: T, status: S, reason: str, message: str) -> None:
+        nonlocal conditions
+        conditions = set_condition(
+            conditions, type_, status, reason, message, generation=gen, now=now
+        )
+
+    stalled: Reasoned | None = seen.stalled
+    if seen.suspended:
+        # Nothing is done: the status stays as the last pass left it (Flux keeps Ready too).
+        return old.model_copy(update=update)
+
+    error = seen.error
+    if isinstance(error, OwnershipConflict):
+        stalled = Reasoned(_conflict_reason(error), error.message)
+    elif error is not None:
+        message = error.message
+        if error.step == "sync" or error.component == "source":
+            put(T.SOURCE_READY, S.FALSE, error.reason, message)
+        elif error.step == "probe":
+            put(T.ARTIFACTS_PROBED, S.FALSE, error.reason, message)
+        else:  # plan, validate, write: the database (or an internal error)
+            put(T.BINDINGS_PUBLISHED, S.FALSE, error.reason, message)
+    outcome = seen.outcome
+    ready_message = ""
+    if outcome is not None:
+        summary = outcome.summary
+        revision = summary.revision
+        update["revision"] = revision
+        update["published_revision"] = revision
+        put(T.SOURCE_READY, S.TRUE, "Synced", f"revision {revision}")
+        counts = summary.counts
+        broken = counts.failed + counts.rejected
+        if broken:
+            paths = sorted({i.rel_path for i in summary.artifact_issues if i.kind != "listing"})
+            shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+            put(
+                T.ARTIFACTS_PROBED,
+                S.FALSE,
+                "ArtifactsFailed",
+                f"{broken} of {counts.candidates} artifacts gave no answer ({shown}); see "
+                "status.artifacts for why; the other artifacts' bindings are published",
+            )
+        else:
+            put(
+                T.ARTIFACTS_PROBED,
+                S.TRUE,
+                "Probed",
+                f"{counts.candidates} artifacts: {counts.probed} probed, {counts.cached} reused",
+            )
+        errors = summary.errors
+        unbound = [p for p in errors if p.task_id is not None]
+        if errors:
+            first = errors[0].message
+            put(
+                T.BINDINGS_PUBLISHED,
+                S.FALSE,
+                "StubsUnbound",
+                f"{len(errors)} problems, {len(unbound)} stubs unbound (first: {first}); see "
+                "status.problems",
+            )
+        else:
+            put(
+                T.BINDINGS_PUBLISHED,
+                S.TRUE,
+                "Published",
+                f"{counts.bindings} bindings at revision {revision}",
+            )
+        ready_message = (
+            f"{counts.bindings} bindings of {counts.handlers} task handlers at revision {revision}"
+        )
+        update["counts"] = Counts(
+            candidates=counts.candidates,
+            cached=counts.cached,
+            probed=counts.probed,
+            rejected=counts.rejected,
+            failed=counts.failed,
+            handlers=counts.handlers,
+            bindings=counts.bindings,
+            unbound_stubs=len(unbound),
+        )
+        shown_artifacts, hidden = status_artifacts(_artifacts(outcome, seen.codes))
+        update["artifacts"], update["artifacts_omitted"] = shown_artifacts, hidden
+        shown_problems, hidden_problems = status_problems(_problems(outcome))
+        update["problems"], update["problems_omitted"] = shown_problems, hidden_problems
+    elif seen.synced_revision is not None and error is not None and error.step != "sync":
+        # A later step failed: the source is fine; the counts and lists of the last good pass
+        # stay, as its bindings stay in the database.
+        update["revision"] = seen.synced_revision
+        put(T.SOURCE_READY, S.TRUE, "Synced", f"revision {seen.synced_revision}")
+    conditions = summarize(
+        conditions, generation=gen, now=now, stalled=stalled, ready_message=ready_message
+    )
+    update["conditions"] = conditions
+    return old.model_copy(update=update)
+
+
+def _artifacts(outcome: PassOutcome, codes: Mapping[str, str]) -> list[ArtifactStatus]:
+    handlers: dict[str, int] = {}
+    for record in outcome.probed.records:
+        artifact = record.artifact
+        handlers[artifact.relative_fileloc] = sum(len(d) for d in artifact.task_handlers.values())
+    probed = {a.rel_path for a in outcome.probed.accepted}
+    items: list[ArtifactStatus] = []
+    for candidate, _record in outcome.planned.plan.cached:
+        items.append(
+            ArtifactStatus(
+                path=candidate.rel_path,
+                state=ArtifactState.CACHED,
+                handlers=handlers.get(candidate.rel_path),
+            )
+        )
+    for rel in sorted(probed):
+        items.append(
+            ArtifactStatus(path=rel, state=ArtifactState.PROBED, handlers=handlers.get(rel))
+        )
+    for candidate in outcome.planned.plan.rejected:
+        items.append(
+            ArtifactStatus(
+                path=candidate.rel_path,
+                state=ArtifactState.REJECTED,
+                reason="ArtifactRefused",
+                message=candidate.error or "unreadable",
+            )
+        )
+    for failure in outcome.probed.failures:
+        items.append(
+            ArtifactStatus(
+                path=failure.rel_path,
+                state=ArtifactState.FAILED,
+                reason=codes.get(failure.rel_path, "ProbeFailed"),
+                message=failure.reason,
+            )
+        )
+    return items
+
+
+def _problems(outcome: PassOutcome) -> list[Problem]:
+    out: list[Problem] = []
+    for issue in outcome.summary.artifact_issues:
+        if issue.kind == "listing":
+            out.append(
+                Problem(
+                    severity="warning",
+                    kind="unreadable",
+                    artifact=issue.rel_path,
+                    message=issue.reason,
+                )
+            )
+    for p in outcome.summary.problems:
+        out.append(
+            Problem(
+                severity=p.severity,
+                kind=p.kind,
+                dag_id=p.dag_id,
+                task_id=p.task_id,
+                artifact=p.relative_fileloc,
+                message=p.message,
+            )
+        )
+    return out
+
+
+# --- events ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EventSpec:
+    type: Literal["Normal", "Warning"]
+    reason: str
+    note: str
+
+
+def _cond(status: TaskHandlerBundleStatus, type_: T) -> Condition | None:
+    return next((c for c in status.conditions if c.type == type_), None)
+
+
+def _failed(status: TaskHandlerBundleStatus) -> dict[str, ArtifactStatus]:
+    return {
+        a.path: a
+        for a in status.artifacts
+        if a.state in (ArtifactState.FAILED, ArtifactState.REJECTED)
+    }
+
+
+def transition_events(
+    old: TaskHandlerBundleStatus, new: TaskHandlerBundleStatus
+) -> Sequence[EventSpec]:
+    """The Events a change from ``old`` to ``new`` deserves (none for an unchanged pass)."""
+    events: list[EventSpec] = []
+    if new.revision and new.revision != old.revision:
+        events.append(EventSpec("Normal", "NewRevision", f"synced revision {new.revision}"))
+    old_stalled, new_stalled = _cond(old, T.STALLED), _cond(new, T.STALLED)
+    if new_stalled is not None and (
+        old_stalled is None or old_stalled.reason != new_stalled.reason
+    ):
+        events.append(EventSpec("Warning", new_stalled.reason, new_stalled.message))
+    for type_ in (T.SOURCE_READY, T.BINDINGS_PUBLISHED, T.ARTIFACTS_PROBED):
+        before, after = _cond(old, type_), _cond(new, type_)
+        if after is None or after.status != S.FALSE or after.reason in ("ArtifactsFailed",):
+            continue
+        if before is None or before.status != S.FALSE or before.reason != after.reason:
+            events.append(EventSpec("Warning", after.reason, after.message))
+    before_failed = _failed(old)
+    for path, item in sorted(_failed(new).items()):
+        if path not in before_failed or before_failed[path].message != item.message:
+            reason = "ProbeFailed" if item.state is ArtifactState.FAILED else "ArtifactRejected"
+            events.append(EventSpec("Warning", reason, f"{path}: {item.message or item.reason}"))
+    published = _cond(new, T.BINDINGS_PUBLISHED)
+    if (
+        published is not None
+        and published.status == S.TRUE
+        and (
+            new.published_revision != old.published_revision
+            or new.counts.bindings != old.counts.bindings
+            or (_cond(old, T.BINDINGS_PUBLISHED) or published).status != S.TRUE
+        )
+    ):
+        events.append(EventSpec("Normal", "BindingsPublished", published.message))
+    return events

@@ -1,0 +1,137 @@
+"""The kopf handlers: the only module that imports kopf. Each is a guard and one call.
+
+* ``startup``: kopf's settings (standalone, no scanning, our finalizer and annotation prefix,
+  watch timeouts, Event reporting component, server-side label selector on Jobs).
+* ``login``: explicit kubeconfig or service-account login (never kopf's piggy-backing).
+* ``reconcile`` (a daemon per TaskHandlerBundle): :func:`~.bundle.run_bundle`, the bundle's
+  only reconciler, so its work is serialized while bundles proceed in parallel.
+* ``create``/``update``/``resume``: wake the daemon (a spec change, the reconcile-now
+  annotation, an operator restart).
+* ``job_event``: a probe Job changed: wake the coroutine waiting for it, or the owner bundle.
+* ``delete``: :func:`~.bundle.delete_bundle` (deletionPolicy), then kopf drops the finalizer.
+* ``probe``: the heartbeats behind the liveness endpoint.
+
+Handlers return None, so kopf writes nothing into status; its own bookkeeping goes to
+annotations under ``kopf.langsdk.dev``.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+
+from taskhandler_operator.controller.bundle import BundleInputs, delete_bundle, run_bundle
+from taskhandler_operator.controller.runtime import OperatorRuntime
+from taskhandler_operator.kube import names
+
+__all__ = ["SwitchboardConfig", "build_registry", "configure"]
+
+log = logging.getLogger(__name__)
+
+JOB_SELECTOR = f"{names.LABEL_MANAGED_BY}={names.MANAGER}"
+FINALIZER = f"{names.GROUP}/finalizer"
+REQUESTED_AT = names.ANNOTATION_RECONCILE_REQUESTED_AT
+KOPF_PREFIX = f"kopf.{names.GROUP}"
+
+
+@dataclass(frozen=True)
+class SwitchboardConfig:
+    runtime: OperatorRuntime
+    kubeconfig: str | None = None  # None: in-cluster service account
+    daemon_stop_seconds: float = 10.0
+
+
+def configure(settings: kopf.OperatorSettings) -> None:
+    """kopf's settings for this operator (docs/operator.md explains each)."""
+    settings.peering.standalone = True  # leader election is ours (the Lease), not peering
+    settings.scanning.disabled = True  # the RBAC grants no CRD/namespace listing
+    settings.persistence.finalizer = FINALIZER
+    # kopf's own bookkeeping under a sub-prefix: kopf leaves annotations under its storage
+    # prefix out of every diff, which would hide langsdk.dev/reconcile-requested-at.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+        prefix=KOPF_PREFIX, v1=False
+    )
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=KOPF_PREFIX, key="last-handled-configuration", v1=False
+    )
+    settings.posting.reporting_component = names.MANAGER
+    settings.posting.level = logging.WARNING  # our Events are posted by the reconciler
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 310
+    settings.watching.connect_timeout = 10
+    settings.networking.request_timeout = 30
+    settings.watching.label_selectors["batch", "jobs"] = JOB_SELECTOR
+
+
+def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+    runtime = config.runtime
+    bundles = (names.GROUP, names.VERSION, names.PLURAL)
+
+    @kopf.on.startup(registry=registry)
+    async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+        configure(settings)
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        if config.kubeconfig is None:
+            return kopf.login_with_service_account(**kwargs)
+        return kopf.login_with_kubeconfig(**kwargs)
+
+    @kopf.daemon(
+        *bundles,
+        registry=registry,
+        id="reconcile",
+        cancellation_timeout=config.daemon_stop_seconds,
+    )
+    async def reconcile(body: kopf.Body, stopped: kopf.DaemonStopped, **_: Any) -> None:
+        await run_bundle(lambda: copy.deepcopy(dict(body)), runtime, stopped.is_set)
+
+    @kopf.on.create(*bundles, registry=registry, id="wake-create")
+    @kopf.on.update(*bundles, registry=registry, id="wake-update")
+    @kopf.on.resume(*bundles, registry=registry, id="wake-resume")
+    async def wake(namespace: str | None, name: str, reason: str, **_: Any) -> None:
+        runtime.wakeups.wake(namespace or "", name, f"bundle {reason}")
+
+    @kopf.on.event(
+        "batch", "v1", "jobs", registry=registry, labels={names.LABEL_MANAGED_BY: names.MANAGER}
+    )
+    async def job_event(event: kopf.RawEvent, **_: Any) -> None:
+        job = event.get("object") or {}
+        meta = job.get("metadata") or {}
+        namespace, name = meta.get("namespace"), meta.get("name")
+        if not namespace or not name:
+            return
+        if runtime.signals.changed(namespace, name):
+            return
+        owner = meta.get("labels", {}).get(names.LABEL_BUNDLE)
+        if owner and _finished(job):
+            runtime.wakeups.wake(namespace, owner, f"probe Job {name} finished")
+
+    @kopf.on.delete(*bundles, registry=registry, id="deletion-policy")
+    async def delete(body: kopf.Body, **_: Any) -> None:
+        what = await delete_bundle(BundleInputs.from_body(copy.deepcopy(dict(body))), runtime)
+        log.info(
+            "TaskHandlerBundle %s/%s deleted: %s", body.metadata.namespace, body.metadata.name, what
+        )
+
+    @kopf.on.probe(registry=registry, id="heartbeats")
+    async def heartbeats(**_: Any) -> dict[str, Any]:
+        live, checks = runtime.health.liveness()
+        if not live:
+            raise kopf.PermanentError(f"stale heartbeats: {checks}")
+        return {name: check["ageSeconds"] for name, check in checks.items()}
+
+    return registry
+
+
+def _finished(job: Mapping[str, Any]) -> bool:
+    for cond in (job.get("status") or {}).get("conditions") or ():
+        if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
+            return True
+    return False
