@@ -90,3 +90,30 @@ def test_database_benchmark_runs(tmp_path: Path) -> None:
     assert isinstance(statements, list)
     # The write path's statement count does not grow with the number of artifacts.
     assert len({row["statements"] for row in statements}) == 1
+
+
+def test_sources_benchmark_runs(tmp_path: Path) -> None:
+    document = run_benchmark(
+        "sources",
+        "--files",
+        "20",
+        "--file-kb",
+        "1",
+        "--size-mb",
+        "1",
+        "--clients",
+        "4",
+        "--fetch-repeat",
+        "1",
+        "--workdir",
+        str(tmp_path),
+        results=tmp_path / "results",
+    )
+    rows = document["rows"]
+    assert isinstance(rows, list)
+    assert [row["source"] for row in rows] == ["git", "http", "s3", "s3 (1 of N changed)"]
+    # Shape and the byte counts (not timings): an unchanged source moves no object bytes.
+    assert all(row["resync_object_bytes"] == 0 for row in rows[:3])
+    assert rows[3]["objects_downloaded"] == 1
+    server = document["server"]
+    assert isinstance(server, dict) and server["requests_served"] == 4 + 1  # clients + fetch

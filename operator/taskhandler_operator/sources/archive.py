@@ -9,6 +9,7 @@ read from its end record and checked against the cap *before* its central direct
 
 from __future__ import annotations
 
+import lzma
 import stat
 import struct
 import tarfile
@@ -22,6 +23,32 @@ from taskhandler_operator.sources.errors import ArchiveRefused
 from taskhandler_operator.sources.tree import CHUNK, TreeWriter
 
 __all__ = ["extract_archive", "extract_tar", "extract_zip", "zip_entry_count"]
+
+# What the standard library's readers raise on a damaged archive (a fuzzed zip reaches
+# IndexError, struct.error, seeks to negative offsets...). The tree writer raises only
+# ArchiveRefused, StorageFailed or Cancelled, none of them in this list, so a full disk is never
+# mistaken for a broken archive.
+_BROKEN = (
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    tarfile.TarError,
+    zlib.error,
+    lzma.LZMAError,
+    EOFError,
+    OSError,
+    ValueError,
+    IndexError,
+    KeyError,
+    OverflowError,
+    struct.error,
+    RuntimeError,
+    TypeError,  # tarfile's stream reader on a gzip header cut short
+)
+
+
+def _why(exc: BaseException) -> str:
+    return (str(exc) or type(exc).__name__)[:200]
+
 
 _EOCD = b"PK\x05\x06"
 _ZIP64_LOCATOR = b"PK\x06\x07"
@@ -60,10 +87,8 @@ def extract_tar(path: Path, writer: TreeWriter, *, gzip: bool) -> None:
                     break
                 tar.members = []  # stream mode keeps every member otherwise: memory grows
                 _tar_member(tar, member, writer)
-    except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
-        if isinstance(exc, ArchiveRefused):  # pragma: no cover - not an OSError
-            raise
-        raise ArchiveRefused(f"not a valid {label} archive ({exc})") from None
+    except _BROKEN as exc:
+        raise ArchiveRefused(f"not a valid {label} archive ({_why(exc)})") from None
 
 
 def _tar_member(tar: tarfile.TarFile, member: tarfile.TarInfo, writer: TreeWriter) -> None:
@@ -143,14 +168,16 @@ def extract_zip(path: Path, writer: TreeWriter) -> None:
                 for info in archive.infolist():
                     writer.check_cancelled()
                     _zip_member(archive, info, writer)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError) as exc:
-        raise ArchiveRefused(f"not a valid zip archive ({exc})") from None
     except NotImplementedError as exc:  # an unsupported compression method
         raise ArchiveRefused(f"zip entry uses an unsupported feature ({exc})") from None
+    except _BROKEN as exc:
+        raise ArchiveRefused(f"not a valid zip archive ({_why(exc)})") from None
 
 
 def _zip_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, writer: TreeWriter) -> None:
     name = info.filename
+    if not name.strip("/"):
+        raise ArchiveRefused(f"entry {name!r} names the revision root, not a file")
     if info.flag_bits & 0x1:
         raise ArchiveRefused(f"entry {name!r} is encrypted")
     # Unix modes live in the high half of external_attr when the archive was made on Unix.

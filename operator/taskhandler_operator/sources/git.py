@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import os
 import re
 import shlex
@@ -49,10 +50,12 @@ from taskhandler_operator.sources.spec import GitSource
 from taskhandler_operator.sources.store import file_lock
 
 if TYPE_CHECKING:
+    from taskhandler_operator.sources.context import Build, SyncContext
     from taskhandler_operator.sources.models import Revision
-    from taskhandler_operator.sources.sync import Build, SyncContext
 
 __all__ = ["GitRunner", "mirror_path", "sync_git"]
+
+log = logging.getLogger(__name__)
 
 LFS_POINTER_PREFIX = b"version https://git-lfs.github.com/spec/"
 LFS_POINTER_MAX = 1024
@@ -389,8 +392,25 @@ def revision_id(commit: str, path: str) -> str:
     return f"{commit}-{hashlib.sha256(path.encode()).hexdigest()[:12]}"
 
 
+def _remove_stale_locks(mirror: Path) -> list[str]:
+    """``*.lock`` files git left in the mirror when it was killed mid-fetch. Called with the
+    mirror's own file lock held, so no git process of ours can be using them."""
+    removed = []
+    for folder in (mirror, mirror / "refs"):
+        if not folder.is_dir():
+            continue
+        pattern = "**/*.lock" if folder.name == "refs" else "*.lock"
+        for stale in folder.glob(pattern):
+            stale.unlink(missing_ok=True)
+            removed.append(str(stale.relative_to(mirror)))
+    return removed
+
+
 async def _ensure_mirror(git: GitRunner, mirror: Path) -> None:
-    if (mirror / "HEAD").is_file():
+    if await asyncio.to_thread((mirror / "HEAD").is_file):
+        removed = await asyncio.to_thread(_remove_stale_locks, mirror)
+        if removed:
+            log.warning("removed stale git lock files from %s: %s", mirror, ", ".join(removed))
         return
     await asyncio.to_thread(mirror.parent.mkdir, parents=True, exist_ok=True)
     partial = mirror.with_name(f"{mirror.name}.tmp")

@@ -38,8 +38,8 @@ from taskhandler_operator.sources.spec import HttpSource
 if TYPE_CHECKING:
     import aiohttp
 
+    from taskhandler_operator.sources.context import Build, SyncContext
     from taskhandler_operator.sources.models import Revision
-    from taskhandler_operator.sources.sync import Build, SyncContext
 
 __all__ = ["file_name", "sync_http"]
 

@@ -38,8 +38,8 @@ from taskhandler_operator.sources.paths import UnsafePath, safe_rel_path
 from taskhandler_operator.sources.spec import S3Source
 
 if TYPE_CHECKING:
+    from taskhandler_operator.sources.context import Build, SyncContext
     from taskhandler_operator.sources.models import Revision
-    from taskhandler_operator.sources.sync import Build, SyncContext
     from taskhandler_operator.sources.tree import OpenEntry, TreeWriter
 
 __all__ = ["S3Object", "listing_digest", "sync_s3"]
@@ -175,17 +175,30 @@ async def _list(client: Any, spec: S3Source, max_files: int) -> list[S3Object]:
     return found
 
 
+_session: Any = None
+
+
+def _botocore_session() -> Any:
+    """One session per process: it caches the parsed S3 service model (~0.2 s per client
+    otherwise). Sessions hold no credentials here; each client gets its own."""
+    global _session
+    if _session is None:
+        from aiobotocore.session import get_session
+
+        _session = get_session()
+    return _session
+
+
 async def sync_s3(
     spec: S3Source, credentials: Mapping[str, bytes] | None, ctx: SyncContext
 ) -> Revision:
-    from aiobotocore.session import get_session
     from botocore.exceptions import BotoCoreError, ClientError
 
     kwargs = _client_kwargs(spec, credentials)
     limits = ctx.store.limits
     operation = "list"
     try:
-        async with get_session().create_client("s3", **kwargs) as client:
+        async with _botocore_session().create_client("s3", **kwargs) as client:
             objects = await _list(client, spec, limits.max_files)
             if not objects:
                 raise NotFound(f"no objects under {_where(spec)}; check bucket and prefix")

@@ -23,15 +23,17 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import os
 import stat
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
-from taskhandler_operator.sources.errors import ArchiveRefused
+from taskhandler_operator.sources.errors import ArchiveRefused, StorageFailed
 from taskhandler_operator.sources.paths import UnsafePath, safe_rel_path
 
 __all__ = ["Cancelled", "TreeLimits", "TreeStats", "TreeWriter", "snapshot_tree"]
@@ -65,6 +67,27 @@ class TreeStats:
     files: int  # regular files, hard links included
     bytes: int  # their content, hard links counted at their target's size
     entries: int  # files, folders and symlinks
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _storage_errors(method: _F) -> _F:
+    """Turn an OSError while writing the revision folder into StorageFailed, so that callers
+    reading an archive can treat their own OSErrors as a broken archive without mistaking a
+    full disk for one."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except OSError as exc:
+            where = f" ({exc.filename})" if exc.filename else ""
+            raise StorageFailed(
+                f"cannot write the revision folder{where}: {exc.strerror or exc}"
+            ) from None
+
+    return cast(_F, wrapper)
 
 
 def _file_mode(mode: int, what: str) -> int:
@@ -171,6 +194,7 @@ class TreeWriter:
         parent, _, leaf = rel.rpartition("/")
         return self._dir_fd(parent, create=create), leaf
 
+    @_storage_errors
     def add_dir(self, name: str) -> None:
         with self._lock:
             self._add_dir(name)
@@ -202,6 +226,7 @@ class TreeWriter:
                 raise ArchiveRefused(f"{rel!r} appears twice (first as a link)") from None
             raise
 
+    @_storage_errors
     def begin_file(self, name: str, mode: int = 0o644) -> OpenEntry:
         """Create a regular file to be filled with :meth:`write` and closed by :meth:`end_file`."""
         with self._lock:
@@ -210,6 +235,7 @@ class TreeWriter:
             self._count_entry()
             return OpenEntry(self._create(rel), rel, file_mode)
 
+    @_storage_errors
     def write(self, entry: OpenEntry, chunk: bytes) -> None:
         self.check_cancelled()
         if not chunk:
@@ -222,6 +248,7 @@ class TreeWriter:
             view = view[written:]
         entry.size += len(chunk)
 
+    @_storage_errors
     def end_file(self, entry: OpenEntry) -> int:
         try:
             os.fchmod(entry.fd, entry.mode)
@@ -249,6 +276,7 @@ class TreeWriter:
             raise
         return self.end_file(entry)
 
+    @_storage_errors
     def add_copy(self, name: str, src: int, expected: os.stat_result | None = None) -> int:
         """Copy the regular file open as ``src``; returns its size.
 
@@ -277,6 +305,7 @@ class TreeWriter:
         self._sizes[rel] = st.st_size
         return st.st_size
 
+    @_storage_errors
     def add_move(self, name: str, source: Path, mode: int = 0o644) -> int:
         """Move the downloaded file ``source`` (in the same staging folder) in as ``name``."""
         with self._lock:
@@ -299,6 +328,7 @@ class TreeWriter:
             self._sizes[rel] = st.st_size
             return st.st_size
 
+    @_storage_errors
     def add_link_from(self, name: str, source: Path) -> int:
         with self._lock:
             return self._add_link_from(name, source)
@@ -322,6 +352,7 @@ class TreeWriter:
 
     # -- links ---------------------------------------------------------------------------------
 
+    @_storage_errors
     def add_symlink(self, name: str, target: str) -> None:
         with self._lock:
             self._add_symlink(name, target)
@@ -340,6 +371,7 @@ class TreeWriter:
             raise ArchiveRefused(f"{rel!r} appears twice") from None
         self._symlinks.append(rel)
 
+    @_storage_errors
     def add_hardlink(self, name: str, target: str) -> None:
         with self._lock:
             self._add_hardlink(name, target)

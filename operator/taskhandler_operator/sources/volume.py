@@ -29,8 +29,8 @@ from taskhandler_operator.sources.spec import VolumeSource
 from taskhandler_operator.sources.tree import FileKey, open_folder, snapshot_tree
 
 if TYPE_CHECKING:
+    from taskhandler_operator.sources.context import Build, SyncContext
     from taskhandler_operator.sources.models import Revision
-    from taskhandler_operator.sources.sync import Build, SyncContext
 
 __all__ = ["describe_tree", "sync_volume"]
 
@@ -111,6 +111,14 @@ def describe_tree(root_fd: int) -> str:
     return digest.hexdigest()
 
 
+def _describe_folder(path: Path) -> str:
+    fd = os.open(path, _DIR_FLAGS)
+    try:
+        return describe_tree(fd)
+    finally:
+        os.close(fd)
+
+
 def _open(spec: VolumeSource) -> int:
     where = spec.path + (f" (subPath {spec.sub_path})" if spec.sub_path else "")
     try:
@@ -151,11 +159,7 @@ async def sync_volume(spec: VolumeSource, ctx: SyncContext) -> Revision:
 
         async def fill(build: Build) -> None:
             seen = await ctx.blocking(snapshot_tree, root_fd, build.writer, reuse)
-            tree_fd = os.open(build.staging.tree, _DIR_FLAGS)
-            try:
-                snapshot_id = await ctx.blocking(describe_tree, tree_fd)
-            finally:
-                os.close(tree_fd)
+            snapshot_id = await ctx.blocking(_describe_folder, build.staging.tree)
             build.revision_id = snapshot_id
             build.source = f"sha256:{snapshot_id}"
             build.details = {"path": spec.path, "subPath": spec.sub_path, "files": seen}

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import tempfile
 import threading
 import time
 import traceback
@@ -353,12 +354,9 @@ def spy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Spy]:
     thread.join(timeout=5)
 
 
-def credential_folders(since: float) -> list[Path]:
-    """Private credential folders (``thop-git-*``) created since ``since`` that still exist."""
-    import tempfile
-
-    folders = Path(tempfile.gettempdir()).glob("thop-git-*")
-    return [p for p in folders if p.stat().st_mtime >= since - 1]
+def credential_folders(temp: Path) -> list[Path]:
+    """Private credential folders (``thop-git-*``) still present in ``temp``."""
+    return list(temp.glob("thop-git-*"))
 
 
 def secrets_in(text: bytes, planted: list[str]) -> list[str]:
@@ -377,9 +375,14 @@ async def test_planted_credentials_appear_nowhere(
     store: RevisionStore,
     spy: Spy,
     caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    started = time.time()
+    # A temp dir of our own: other processes on the machine may be syncing too.
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     git_repo.commit(FILES)
     planted = [PLANTED_PASSWORD, PLANTED_TOKEN, sshd_server.client_key]
     errors: list[BaseException] = []
@@ -415,4 +418,24 @@ async def test_planted_credentials_appear_nowhere(
     for error in errors:
         text = "".join(traceback.format_exception(error)).encode()
         assert secrets_in(text, planted) == []
-    assert credential_folders(since=started) == []  # removed after each sync
+    assert credential_folders(temp) == []  # removed after each sync
+    assert spy.log.read_bytes().count(str(temp).encode()) > 0  # ... and they were made there
+
+
+async def test_lock_files_left_by_a_killed_git_are_cleared(
+    git_repo: GitRepo, source_http: HttpServer, store: RevisionStore
+) -> None:
+    """git killed mid-fetch (SIGKILL, OOM) leaves ``*.lock`` files that would make every later
+    fetch fail with "File exists"; the next sync, holding the mirror's lock, removes them."""
+    from taskhandler_operator.sources.git import mirror_path
+
+    url = git_repo.http_url(source_http)
+    git_repo.commit(FILES)
+    await sync_source(store, git(url), BASIC)
+    mirror = mirror_path(store.cache_dir, url)
+    for stale in ("shallow.lock", "refs/thop/fetched.lock", "packed-refs.lock"):
+        (mirror / stale).write_text("")
+    newer = git_repo.commit({"README.md": "after the crash"})
+    revision = await sync_source(store, git(url), BASIC)
+    assert revision.id == newer
+    assert list(mirror.glob("*.lock")) == [] and list((mirror / "refs").glob("**/*.lock")) == []

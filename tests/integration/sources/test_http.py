@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
 import os
@@ -250,3 +251,24 @@ async def test_a_hanging_server_is_bounded_by_the_timeout(
     assert time.monotonic() - started < 30  # bounded, not a speed claim
     base = store.root / NAMESPACE / "bundle"
     assert [p.name for p in base.iterdir() if p.name.startswith(".tmp-")] == []
+
+
+async def test_cancelling_a_sync_mid_download_leaves_nothing(
+    open_http: HttpServer, store: RevisionStore
+) -> None:
+    data = os.urandom(2 << 20)
+    rel = unique("slow.bin")
+    url = open_http.put_file(rel, data)
+    open_http.control(rel, slow=0.05)
+    task = asyncio.ensure_future(sync_source(store, http(url, data)))
+    base = store.root / NAMESPACE / "bundle"
+    deadline = time.monotonic() + 30
+    while not any(base.glob(".tmp-*/scratch/download")):
+        assert not task.done() and time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert sorted(p.name for p in base.iterdir()) == [".lock"]
+    open_http.control(rel)
+    assert (await sync_source(store, http(url, data))).file_count == 1

@@ -155,3 +155,20 @@ async def test_caps_refuse_before_any_download(s3_server: S3Server, tmp_path: An
     await asyncio.to_thread(s3_server.wait_for_log, bucket)
     assert s3_server.calls("GetObject", bucket) == 0
     assert await capped.revisions(NAMESPACE, "bundle") == []
+
+
+async def test_without_a_secret_the_default_credential_chain_is_used(
+    s3_server: S3Server, store: RevisionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No secretRef: botocore's chain (here its environment variables, as IRSA or instance
+    metadata would be in a cluster) supplies the keys."""
+    from taskhandler_operator.sources import s3 as s3_source
+
+    bucket = bucket_name()
+    await put(s3_server, bucket, objects(2), True)
+    monkeypatch.setattr(s3_source, "_session", None)  # a session that has cached nothing
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
+    source = {"s3": {"bucket": bucket, "prefix": "bundle", "endpoint": s3_server.endpoint}}
+    revision = await sync_source(store, source, None)
+    assert revision.file_count == 2

@@ -348,3 +348,41 @@ async def test_fetch_bounds_total_size(served: Served, tmp_path: Path) -> None:
     assert run.code == 1
     assert "more than --max-bytes 1000" in one_line(run.stderr)
     assert served.server.counts["served"] == 0
+
+
+async def test_the_probe_jobs_init_container_command_fetches_from_the_server(
+    served: Served, tmp_path: Path
+) -> None:
+    """The contract with kube/probe_job.py: its ``fetch`` argv, run as given (binary and
+    destination swapped for this machine), downloads a revision's files from the server."""
+    from taskhandler_operator.artifacts.models import Language
+    from taskhandler_operator.kube.probe_job import (
+        BUNDLE_MOUNT,
+        BundleIdentity,
+        FetchFile,
+        ProbeJobRequest,
+        ProbeTarget,
+        fetch_command,
+    )
+
+    entries = await served.manifest("bin/handler", "lib/app.jar")
+    request = ProbeJobRequest(
+        bundle=BundleIdentity(NAMESPACE, "bundle", "uid-1", "bundle"),
+        language=Language.GO,
+        target=ProbeTarget("bin/handler", int(entries[0]["size"]), None),  # type: ignore[call-overload]
+        files=[FetchFile(**e) for e in entries],  # type: ignore[arg-type]
+        operator_image="operator:test",
+        runtime_image="operator:test",
+    )
+    argv = fetch_command(request)
+    assert argv[:2] == ["taskhandler-operator", "fetch"]
+    dest = tmp_path / "bundle"
+    argv = [sys.executable, "-m", "taskhandler_operator", *argv[1:]]
+    argv[argv.index(BUNDLE_MOUNT)] = str(dest)
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    _, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()
+    assert (dest / "lib" / "app.jar").read_bytes() == APP
+    assert os.access(dest / "bin" / "handler", os.X_OK)  # the Go artifact stays executable
