@@ -20,6 +20,12 @@ import sqlalchemy as sa
 
 from taskhandler_operator.db.engine import create_engine
 from taskhandler_operator.db.tables import ARTIFACT_TABLE, BINDING_TABLE
+from taskhandler_operator.devenv.chart_install import (
+    CHART,
+    HostPorts,
+    adopt_crd_commands,
+    process_node_values,
+)
 from taskhandler_operator.devenv.serialized_dags import dag_document, insert_dag, stub_task
 from taskhandler_operator.kube import names
 from taskhandler_operator.records import TaskHandlerArtifactRef
@@ -28,15 +34,11 @@ from tests.fixtures.kubecluster.control_plane import KubeCluster
 from tests.fixtures.kubecluster.procs import free_port
 from tests.fixtures.runtimes_plugin import RuntimeFactory
 from tests.fixtures.sources import HTTP_USER, PLANTED_PASSWORD, GitRepo, HttpServer
-from tests.unit.chart.values_doc import CHART
 
 pytestmark = [pytest.mark.kube, pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
 RELEASE = "thop"
 DEPLOYMENT = "thop-taskhandler-operator"
-# The process node runs images whose name contains "taskhandler-operator" from the project's
-# venv, so the chart's command and args run the code under test.
-IMAGE_REPO = "registry.local/taskhandler-operator"
 DAG, TASK = "orders_etl", "extract"
 
 
@@ -55,22 +57,10 @@ def operator_pods(cluster: KubeCluster, namespace: str) -> list[dict[str, Any]]:
 
 
 def adopt_crd(cluster: KubeCluster, namespace: str) -> None:
-    """Other tests of the session apply the CRD with kubectl; helm installs only what it owns,
-    so mark an existing CRD as this release's (what a user does to adopt it, docs/install.md)."""
-    found = cluster.kubectl("get", "crd", names.CRD_NAME, check=False)
-    if found.returncode != 0:
-        return
-    cluster.kubectl(
-        "annotate",
-        "crd",
-        names.CRD_NAME,
-        "--overwrite",
-        f"meta.helm.sh/release-name={RELEASE}",
-        f"meta.helm.sh/release-namespace={namespace}",
-    )
-    cluster.kubectl(
-        "label", "crd", names.CRD_NAME, "--overwrite", "app.kubernetes.io/managed-by=Helm"
-    )
+    """Other tests of the session apply the CRD with kubectl: adopt it into the release."""
+    if cluster.kubectl("get", "crd", names.CRD_NAME, check=False).returncode == 0:
+        for args in adopt_crd_commands(names.CRD_NAME, RELEASE, namespace):
+            cluster.kubectl(*args)
 
 
 def resolve(url: str) -> TaskHandlerArtifactRef | None:
@@ -140,21 +130,10 @@ def test_helm_install_upgrade_uninstall(
     repo: GitRepo,
     source_http: HttpServer,
 ) -> None:
-    artifact_port = free_port()
-    values = [
-        f"image.repository={IMAGE_REPO}",
-        "image.tag=e2e",
-        "database.existingSecret=airflow-db",
-        "watch.mode=namespaced",
-        f"watch.namespaces={{{namespace}}}",
-        # Pods share the host's network on the process node: free ports, loopback URL.
-        f"ports.artifactServer={artifact_port}",
-        f"ports.metrics={free_port()}",
-        f"ports.health={free_port()}",
-        f"artifactServer.url=http://127.0.0.1:{artifact_port}",
-        "logging.format=text",
-    ]
-    set_args = [arg for value in values for arg in ("--set", value)]
+    ports = HostPorts(free_port(), free_port(), free_port())
+    set_args = process_node_values(
+        ports, database_secret="airflow-db", watch_namespaces=(namespace,)
+    )
     adopt_crd(kube_cluster, namespace)
     installed = kube_cluster.helm(
         "install",
