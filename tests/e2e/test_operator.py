@@ -25,14 +25,14 @@ import sqlalchemy as sa
 
 from taskhandler_operator.db.engine import create_engine
 from taskhandler_operator.db.migrate import upgrade
+from taskhandler_operator.devenv.kubecluster.bins import REPO_ROOT
+from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_operator.devenv.kubecluster.procs import free_port
 from taskhandler_operator.devenv.serialized_dags import dag_document, insert_dag, stub_task
 from taskhandler_operator.kube import names
 from taskhandler_operator.kube.rbac import operator_rbac, probe_service_account, user_subject
 from taskhandler_operator.records import TaskHandlerArtifactRef
 from taskhandler_operator.scheduler import resolve_task_handlers
-from tests.fixtures.kubecluster.bins import REPO_ROOT
-from tests.fixtures.kubecluster.control_plane import KubeCluster
-from tests.fixtures.kubecluster.procs import free_port
 from tests.fixtures.runtimes_plugin import RuntimeFactory
 from tests.fixtures.sources import HTTP_USER, PLANTED_PASSWORD, GitRepo, HttpServer
 
