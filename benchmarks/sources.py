@@ -39,7 +39,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.fixtures.kubecluster.procs import ManagedProcess, free_port
 from tests.fixtures.sources import (
     S3_ACCESS_KEY,
     S3_SECRET_KEY,
@@ -51,6 +50,7 @@ from tests.fixtures.sources import (
 )
 
 from benchmarks._report import print_table, ratio, write_json
+from taskhandler_operator.devenv.kubecluster.procs import ManagedProcess, free_port
 from taskhandler_operator.sources.models import Revision
 from taskhandler_operator.sources.spec import SourceSpec
 from taskhandler_operator.sources.store import RevisionStore

@@ -18,9 +18,9 @@ import pytest
 import sqlalchemy as sa
 
 from taskhandler_operator.db.tables import ARTIFACT_TABLE, BINDING_TABLE, PROBLEM_TABLE
+from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_operator.devenv.kubecluster.procs import free_port
 from taskhandler_operator.kube import names
-from tests.fixtures.kubecluster.control_plane import KubeCluster
-from tests.fixtures.kubecluster.procs import free_port
 
 T = TypeVar("T")
 IMAGE = "registry.local/taskhandler-operator:e2e"

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_operator.devenv.kubecluster.procs import free_port
 from taskhandler_operator.kube import names
 from taskhandler_operator.kube.rbac import operator_rbac, probe_service_account, user_subject
-from tests.fixtures.kubecluster.control_plane import KubeCluster
-from tests.fixtures.kubecluster.procs import free_port
 from tests.fixtures.sources import HTTP_USER, PLANTED_PASSWORD
 
 OPERATOR_USER = "taskhandler-operator-e2e"

@@ -19,6 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from taskhandler_operator.db.engine import create_engine
+from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.devenv.serialized_dags import dag_document, insert_dag, stub_task
 from taskhandler_operator.kube import names
 from taskhandler_operator.records import TaskHandlerArtifactRef
@@ -31,7 +32,6 @@ from tests.e2e.operator_env import (
     probe_jobs,
     wait_ready,
 )
-from tests.fixtures.kubecluster.control_plane import KubeCluster
 from tests.fixtures.runtimes_plugin import RuntimeFactory
 from tests.fixtures.sources import GitRepo, HttpServer
 

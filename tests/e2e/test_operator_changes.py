@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.devenv.serialized_dags import dag_document, insert_dag, python_task
 from tests.e2e.operator_env import (
     StartOperator,
@@ -31,7 +32,6 @@ from tests.e2e.operator_env import (
     wait_ready,
     wait_status,
 )
-from tests.fixtures.kubecluster.control_plane import KubeCluster
 from tests.fixtures.runtimes_plugin import RuntimeFactory
 from tests.fixtures.sources import GitRepo, HttpServer
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 from tests.e2e.operator_env import (
     StartOperator,
     apply,
@@ -22,7 +23,6 @@ from tests.e2e.operator_env import (
     wait_ready,
     wait_status,
 )
-from tests.fixtures.kubecluster.control_plane import KubeCluster
 from tests.fixtures.runtimes_plugin import RuntimeFactory
 from tests.fixtures.sources import GitRepo, HttpServer
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.devenv.postgres import PostgresServer
 from taskhandler_operator.kube import names
 from tests.e2e.faults_support import (
@@ -34,7 +35,6 @@ from tests.e2e.operator_env import OPERATOR_USER, apply
 from tests.e2e.test_operator import ARTIFACTS, TASKS, bundle
 from tests.e2e.test_operator import database as database
 from tests.e2e.test_operator import repo as repo
-from tests.fixtures.kubecluster.control_plane import KubeCluster
 from tests.fixtures.sources import HTTP_USER, PLANTED_PASSWORD, GitRepo, HttpServer
 
 pytestmark = [

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.kube import names
 from tests.e2e.operator_env import (
     WAIT_SECONDS,
@@ -28,7 +29,6 @@ from tests.e2e.operator_env import (
     seed_dags,
     wait_ready,
 )
-from tests.fixtures.kubecluster.control_plane import KubeCluster
 from tests.fixtures.runtimes_plugin import RuntimeFactory
 from tests.fixtures.sources import GitRepo, HttpServer
 

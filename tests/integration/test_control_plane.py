@@ -26,7 +26,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.client import ApiException
 
-from tests.fixtures.kubecluster.bins import (
+from taskhandler_operator.devenv.kubecluster.bins import (
     REPO_ROOT,
     BinaryCacheError,
     K8sBins,
@@ -35,14 +35,14 @@ from tests.fixtures.kubecluster.bins import (
     ensure_bins,
     expected_versions,
 )
-from tests.fixtures.kubecluster.control_plane import (
+from taskhandler_operator.devenv.kubecluster.control_plane import (
     ControlPlaneError,
     ControlPlaneOptions,
     KubeCluster,
     start_cluster,
 )
-from tests.fixtures.kubecluster.procs import pid_alive, wait_until_gone
-from tests.fixtures.kubecluster.waits import wait_for
+from taskhandler_operator.devenv.kubecluster.procs import pid_alive, wait_until_gone
+from taskhandler_operator.devenv.kubecluster.waits import wait_for
 
 pytestmark = pytest.mark.kube
 
@@ -616,7 +616,7 @@ def test_taken_fixed_port_is_a_clear_error_and_stops_what_started() -> None:
 
 
 def test_lost_port_race_is_retried_on_a_new_port(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.fixtures.kubecluster import control_plane
+    from taskhandler_operator.devenv.kubecluster import control_plane
 
     bins = ensure_bins()
     with socket.socket() as holder:
@@ -665,7 +665,7 @@ def test_lost_port_race_is_retried_when_the_bind_comes_late(
 ) -> None:
     """A loaded machine can take several seconds to reach the bind (the apiserver builds its API
     groups first); the retry must not depend on the loser dying within a fixed few seconds."""
-    from tests.fixtures.kubecluster import control_plane
+    from taskhandler_operator.devenv.kubecluster import control_plane
 
     versions = K8sVersions(kubernetes="0", etcd="0", helm="0", bin_dir=tmp_path)
     cluster = KubeCluster(K8sBins(versions), tmp_path, ControlPlaneOptions(readiness_timeout=30))
@@ -706,8 +706,8 @@ def _free_port() -> int:
 # --- robustness ---------------------------------------------------------------------------------
 _ORPHAN_SCRIPT = """
 import json, sys, time
-from tests.fixtures.kubecluster.bins import ensure_bins
-from tests.fixtures.kubecluster.control_plane import start_cluster
+from taskhandler_operator.devenv.kubecluster.bins import ensure_bins
+from taskhandler_operator.devenv.kubecluster.control_plane import start_cluster
 cluster = start_cluster(ensure_bins())
 print(json.dumps({"pids": cluster.pids, "root": str(cluster.root)}), flush=True)
 time.sleep(600)

@@ -1,4 +1,4 @@
-"""Pure logic of the process node (tests/fixtures/kubecluster): no cluster needed."""
+"""Pure logic of the process node (taskhandler_operator/devenv/kubecluster): no cluster needed."""
 
 from __future__ import annotations
 
@@ -8,11 +8,10 @@ from typing import Any
 
 import pytest
 
-from taskhandler_operator.devenv.scratch import scratch_parent
-from tests.fixtures.kubecluster import podspec
-from tests.fixtures.kubecluster.logserver import tail_lines
-from tests.fixtures.kubecluster.mounttargets import MountTargets
-from tests.fixtures.kubecluster.podspec import (
+from taskhandler_operator.devenv.kubecluster import podspec
+from taskhandler_operator.devenv.kubecluster.logserver import tail_lines
+from taskhandler_operator.devenv.kubecluster.mounttargets import MountTargets
+from taskhandler_operator.devenv.kubecluster.podspec import (
     ContainerConfigError,
     ImagePullError,
     Mount,
@@ -26,8 +25,9 @@ from tests.fixtures.kubecluster.podspec import (
     rewrite_paths,
     run_as,
 )
-from tests.fixtures.kubecluster.podstatus import termination_message
-from tests.fixtures.kubecluster.volumes import prepare_volumes
+from taskhandler_operator.devenv.kubecluster.podstatus import termination_message
+from taskhandler_operator.devenv.kubecluster.volumes import prepare_volumes
+from taskhandler_operator.devenv.scratch import scratch_parent
 
 VENV = Path("/opt/venv/bin")
 POD: dict[str, Any] = {

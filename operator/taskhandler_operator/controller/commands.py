@@ -147,6 +147,7 @@ async def _main(
     settings: Any, args: argparse.Namespace, lease_namespace: str, redactor: Any
 ) -> int:
     import kopf
+    from kopf._core.engines.peering import Identity  # not re-exported by kopf
 
     from taskhandler_operator.controller.health import HealthState, Heartbeat
     from taskhandler_operator.controller.leader import ElectionConfig, LeaderElector, Outcome
@@ -213,6 +214,9 @@ async def _main(
                 namespaces=namespaces,
                 standalone=True,
                 stop_flag=stop,
+                # kopf's default identity calls getpass.getuser(), which fails for a runAsUser
+                # without a passwd entry (any numeric uid in a restricted pod); reuse the Lease's.
+                identity=Identity(elector.identity),
             )
             # kopf installs its own SIGTERM/SIGINT handlers in the main thread (replacing
             # request_stop), so a signal ends kopf without setting ``stop``. A lost Lease

@@ -2,7 +2,10 @@
 
 * ``startup``: kopf's settings (standalone, no scanning, our finalizer and annotation prefix,
   watch timeouts, Event reporting component, server-side label selector on Jobs).
-* ``login``: explicit kubeconfig or service-account login (never kopf's piggy-backing).
+* ``login``: explicit kubeconfig or service-account login (never kopf's piggy-backing); the
+  service-account login talks to ``$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT`` like
+  client-go's in-cluster config, not kopf's fixed ``kubernetes.default.svc`` (which needs
+  cluster DNS: a host-network pod or a node without it cannot resolve the name).
 * ``reconcile`` (a daemon per TaskHandlerBundle): :func:`~.bundle.run_bundle`, the bundle's
   only reconciler, so its work is serialized while bundles proceed in parallel.
 * ``create``/``update``/``resume``: wake the daemon (a spec change, the reconcile-now
@@ -18,7 +21,9 @@ annotations under ``kopf.langsdk.dev``.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -68,6 +73,18 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.watching.label_selectors["batch", "jobs"] = JOB_SELECTOR
 
 
+def in_cluster_server(env: Mapping[str, str]) -> str | None:
+    """The apiserver URL a pod is given (client-go's ``rest.InClusterConfig``); None without
+    ``KUBERNETES_SERVICE_HOST`` and ``KUBERNETES_SERVICE_PORT``."""
+    host = env.get("KUBERNETES_SERVICE_HOST", "")
+    port = env.get("KUBERNETES_SERVICE_PORT", "")
+    if not host or not port:
+        return None
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    return f"https://{host}:{port}"
+
+
 def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     runtime = config.runtime
@@ -80,7 +97,11 @@ def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         if config.kubeconfig is None:
-            return kopf.login_with_service_account(**kwargs)
+            info = kopf.login_with_service_account(**kwargs)
+            server = in_cluster_server(os.environ)
+            if info is None or server is None:
+                return info
+            return dataclasses.replace(info, server=server)
         return kopf.login_with_kubeconfig(**kwargs)
 
     @kopf.daemon(

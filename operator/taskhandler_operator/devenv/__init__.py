@@ -12,6 +12,8 @@ installs:
 * :mod:`.packers`: the three artifact formats packed from parts;
 * :mod:`.serialized_dags`: serialized Dag documents with stub tasks, and the Airflow rows that
   hold them;
+* :mod:`.chart_install`: the chart's values for a release on the test control plane's process
+  node (free host ports, loopback artifact URL, the image the node runs from the venv);
 * :mod:`.scratch`: where throwaway servers keep their data (tmpfs when roomy).
 
 The pytest plugins in ``tests/fixtures/`` turn these into fixtures.

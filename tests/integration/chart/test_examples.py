@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.kube.spec import TaskHandlerBundleSpec
-from tests.fixtures.kubecluster.control_plane import KubeCluster
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))

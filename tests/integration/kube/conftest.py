@@ -6,9 +6,9 @@ import time
 
 import pytest
 
+from taskhandler_operator.devenv.kubecluster.bins import REPO_ROOT
+from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.kube import names
-from tests.fixtures.kubecluster.bins import REPO_ROOT
-from tests.fixtures.kubecluster.control_plane import KubeCluster
 
 
 @pytest.fixture(scope="session")

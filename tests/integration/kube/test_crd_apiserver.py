@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.kube.conditions import set_condition, summarize
 from taskhandler_operator.kube.spec import TaskHandlerBundleSpec
 from taskhandler_operator.kube.status import (
@@ -24,7 +25,6 @@ from taskhandler_operator.kube.status import (
     Problem,
     TaskHandlerBundleStatus,
 )
-from tests.fixtures.kubecluster.control_plane import KubeCluster
 from tests.unit.kube.examples import INVALID_SPECS, bundle_body
 
 pytestmark = [pytest.mark.kube, pytest.mark.usefixtures("thb_crd")]

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from taskhandler_operator.artifacts.models import Language
+from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_operator.devenv.kubecluster.waits import wait_for
 from taskhandler_operator.kube.probe_job import (
     BundleIdentity,
     FetchFile,
@@ -25,8 +27,6 @@ from taskhandler_operator.kube.probe_job import (
     job_outcome,
 )
 from taskhandler_operator.kube.rbac import probe_service_account
-from tests.fixtures.kubecluster.control_plane import KubeCluster
-from tests.fixtures.kubecluster.waits import wait_for
 from tests.unit.kube.examples import bundle_body
 
 pytestmark = [pytest.mark.kube, pytest.mark.usefixtures("thb_crd")]

@@ -12,6 +12,8 @@ from typing import Any, Literal
 import pytest
 
 from taskhandler_operator.artifacts.models import Language
+from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_operator.devenv.kubecluster.waits import wait_for
 from taskhandler_operator.kube.probe_job import (
     BundleIdentity,
     FetchFile,
@@ -20,8 +22,6 @@ from taskhandler_operator.kube.probe_job import (
     build_probe_job,
 )
 from taskhandler_operator.kube.rbac import operator_rbac, probe_service_account, user_subject
-from tests.fixtures.kubecluster.control_plane import KubeCluster
-from tests.fixtures.kubecluster.waits import wait_for
 from tests.unit.kube.examples import bundle_body
 
 pytestmark = [pytest.mark.kube, pytest.mark.usefixtures("thb_crd")]

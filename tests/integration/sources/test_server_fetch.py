@@ -19,12 +19,12 @@ import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry
 
+from taskhandler_operator.devenv.kubecluster.procs import free_port
 from taskhandler_operator.sources import signing
 from taskhandler_operator.sources.models import Revision
 from taskhandler_operator.sources.paths import UnsafePath
 from taskhandler_operator.sources.server import DIGEST_HEADER, EXECUTABLE_HEADER, ArtifactServer
 from taskhandler_operator.sources.store import RevisionStore
-from tests.fixtures.kubecluster.procs import free_port
 from tests.fixtures.sources import HttpServer
 from tests.integration.sources.conftest import NAMESPACE, sync_source
 
