@@ -76,10 +76,17 @@ class CheckReport(BaseModel):
     head: str
     missing_tables: tuple[str, ...]
     differences: dict[str, list[str]]
+    # Airflow's own tables the binding tables need (``db upgrade`` refuses without them).
+    missing_airflow_tables: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
-        return self.current == self.head and not self.missing_tables and not self.differences
+        return (
+            self.current == self.head
+            and not self.missing_tables
+            and not self.differences
+            and not self.missing_airflow_tables
+        )
 
 
 def alembic_config() -> Config:
@@ -178,12 +185,16 @@ def check(url: str | URL) -> CheckReport:
             inspector = inspect(conn)
             ours = sorted(metadata.tables)
             missing = tuple(name for name in ours if not inspector.has_table(name))
+            missing_airflow = tuple(
+                name for name in REQUIRED_AIRFLOW_TABLES if not inspector.has_table(name)
+            )
             return CheckReport(
                 database=database,
                 current=current_revision(conn),
                 head=head_revision(),
                 missing_tables=missing,
                 differences=check_tables(conn, ours),
+                missing_airflow_tables=missing_airflow,
             )
     finally:
         engine.dispose()
