@@ -14,7 +14,9 @@ from taskhandler_operator.protocol.summary import (
     LogStats,
     ProbeErrorKind,
     ProbeSummary,
+    ProbeWarningKind,
     ResultRejected,
+    SummaryWarning,
     Timings,
     accept_result,
     find_result_line,
@@ -66,6 +68,54 @@ def test_largest_summary_fits_the_termination_message() -> None:
     assert summary.error is not None and summary.error.endswith("…")
     assert len(summary.runtime_pids) == 16
     assert ProbeSummary.model_validate_json(encoded) == summary
+
+
+def test_largest_ok_summary_with_warnings_fits_the_termination_message() -> None:
+    summary = ProbeSummary(
+        status="ok",
+        artifact="/very/long/" + "a" * 10_000 + "/artifact.min.mjs",
+        language="typescript",
+        schema_version="2026-10-30",
+        result_sha256="0" * 64,
+        result_bytes=2**40,
+        dag_count=2**31,
+        handler_count=2**31,
+        runtime_exit_code=-9,
+        runtime_pids=list(range(4_000_000, 4_001_000)),
+        dag_ids_requested=10_000,
+        warnings=[
+            SummaryWarning(kind=ProbeWarningKind.EXIT_TIMEOUT, message="\u2028\x00é" * 5_000)
+            for _ in range(5)
+        ],
+        logs=LogStats(relayed_lines=10**9, dropped_lines=10**12, truncated_lines=10**9),
+        timings=Timings(**{f: 1e9 for f in Timings.model_fields}),
+    )
+    encoded = summary.to_json().encode()
+    assert len(encoded) <= MAX_SUMMARY_BYTES
+    assert len(summary.warnings) == 2
+    for warning in summary.warnings:
+        assert len(json.dumps(warning.message, ensure_ascii=False).encode()) <= 500
+        assert warning.message.endswith("…")
+    assert ProbeSummary.model_validate_json(encoded) == summary
+
+
+def test_only_an_ok_summary_carries_warnings() -> None:
+    with pytest.raises(ValidationError, match="only an ok summary carries warnings"):
+        ProbeSummary(
+            status="error",
+            error_kind=ProbeErrorKind.EXIT_STATUS,
+            error="x",
+            artifact="a",
+            language="go",
+            warnings=[SummaryWarning(kind=ProbeWarningKind.EMPTY_ANSWER, message="m")],
+        )
+
+
+def test_warning_kinds_are_a_contract() -> None:
+    assert {k.name: k.value for k in ProbeWarningKind} == {
+        "EXIT_TIMEOUT": "exit_timeout",
+        "EMPTY_ANSWER": "empty_answer",
+    }
 
 
 @pytest.mark.parametrize(
