@@ -80,5 +80,15 @@ JAVA_MAX_UNCOMPRESSED_BYTES: Final = 4 << 30
 TS_MAX_LAYOUT_LINE: Final = 4096
 TS_MAX_METADATA_LINE: Final = 1 << 20
 TS_MAX_SOURCE_BYTES: Final = 1 << 20
+#: Characters of an untrusted value (a path, a class name, a version) quoted in a message.
+MAX_QUOTED_CHARS: Final = 80
+#: Seconds a verification may take when the caller gives no bound (``verify``); a probe uses
+#: its ``--timeout``. Hashing is the slow part: a 2 GiB artifact takes a few seconds.
+VERIFY_TIMEOUT_S: Final = 300.0
+#: Java: the central directory verification parses (zipfile keeps an object per entry, so this
+#: bounds its memory; a JAR of 100,000 entries has a directory of about 8 MiB).
+JAVA_MAX_CENTRAL_DIRECTORY_BYTES: Final = 32 << 20
+#: ``plan --known FILE``: the known-artifact list read from a file (a bundle's answers).
+KNOWN_ARTIFACTS_MAX_BYTES: Final = 64 << 20
 #: Listing cache entries kept (one per file of every bundle root listed).
 LISTING_CACHE_MAX_ENTRIES: Final = 100_000

@@ -37,7 +37,13 @@ from taskhandler_operator.protocol.summary import (
     ProbeWarningKind,
     accept_result,
 )
-from tests.fixtures.packers import write_go_bundle, write_jar, write_typescript_bundle
+from tests.fixtures.packers import (
+    GO_TRAILER,
+    hostile_jar,
+    write_go_bundle,
+    write_jar,
+    write_typescript_bundle,
+)
 from tests.fixtures.runtimes import JAVA_MAIN_CLASS, LANGUAGES, PID_FILE_ENV, RuntimeFactory
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -476,7 +482,64 @@ def test_unknown_schema_version_is_refused(runtime_factory: RuntimeFactory, prob
     error = refused(probe(artifact, "typescript"))
     assert error.startswith(
         f"{artifact} uses supervisor schema version '1999-01-01', which this supervisor "
-        "does not know"
+        "does not support (supported: 2026-06-16 to 2026-10-30"
+    )
+
+
+def test_main_class_that_is_a_jvm_option_is_refused_before_anything_runs(
+    runtime_factory: RuntimeFactory, probe: Any, tmp_path: Path
+) -> None:
+    # "Main-Class: -version" used to verify, and the driver ran `java -classpath … -version`.
+    with zipfile.ZipFile(runtime_factory("java")) as good:
+        entries = {n: good.read(n) for n in good.namelist() if not n.startswith("META-INF/")}
+    artifact = write_jar(
+        tmp_path / "bundle" / "runtime.jar",
+        manifest={
+            "Main-Class": "-version",
+            "Airflow-Cache-Digest": "0" * 64,
+            "Airflow-Supervisor-Schema-Version": "2026-10-30",
+        },
+        entries=entries,
+    )
+    error = refused(probe(artifact, "java", "--bundle-root", str(artifact.parent)))
+    assert error == (
+        "runtime.jar: Main-Class '-version' is not a Java class name (dot-separated "
+        "identifiers), so the java launcher would not run it as a class"
+    )
+
+
+def test_a_hostile_jar_beside_the_artifact_does_not_fail_its_probe(
+    runtime_factory: RuntimeFactory, probe: Any, tmp_path: Path
+) -> None:
+    bundle = tmp_path / "bundle"
+    artifact = bundle / "app" / "runtime.jar"
+    artifact.parent.mkdir(parents=True)
+    shutil.copy2(runtime_factory("java"), artifact)
+    # A manifest whose local-header offset is 2^64-1 (zip64): it overflowed pread before.
+    (bundle / "lib").mkdir()
+    (bundle / "lib" / "dep.jar").write_bytes(hostile_jar(manifest_offset64=2**64 - 1))
+
+    run = probe(artifact, "java", "--bundle-root", str(bundle))
+
+    assert run.code == 0, run.summary
+    assert run.summary.handler_count == 5
+    assert running(run.pids) == []
+
+
+def test_verification_is_bounded_by_the_probe_timeout(probe: Any, tmp_path: Path) -> None:
+    # A sparse 4 GiB Go bundle: hashing it takes seconds; --timeout covers verification too.
+    artifact = tmp_path / "etl"
+    metadata = b"sdk: {supervisor_schema_version: '2026-10-30'}\n"
+    with artifact.open("wb") as handle:
+        handle.truncate(4 << 30)
+        handle.seek(4 << 30)
+        handle.write(metadata)
+        handle.write(GO_TRAILER.pack(0, len(metadata), 1, bytes(32), bytes(12), b"AFBNDL01"))
+    artifact.chmod(0o755)
+    error = refused(probe(artifact, "go", "--timeout", "0.2"))
+    assert error == (
+        f"{artifact}: verification did not finish within 0.2s (a very large artifact, a slow "
+        "disk, or a hostile file)"
     )
 
 

@@ -31,10 +31,6 @@ from taskhandler_operator.artifacts.verify import verify_artifact
 from taskhandler_operator.protocol.eventlog import EventLog
 from taskhandler_operator.protocol.launch import ProbeConfig, build_command, runtime_environment
 from taskhandler_operator.protocol.messages import TaskHandlerParsingResult
-from taskhandler_operator.protocol.schema_versions import (
-    UnknownSchemaVersion,
-    check_known_schema_version,
-)
 from taskhandler_operator.protocol.session import ProbeFailure, ProbeSession, ms_since
 from taskhandler_operator.protocol.summary import (
     RESULT_MARKER,
@@ -67,12 +63,11 @@ class ProbeOutcome:
 
 
 def _verify(config: ProbeConfig) -> VerifiedArtifact:
-    verified = verify_artifact(config.artifact, config.language, config.bundle_root)
-    try:
-        check_known_schema_version(str(config.artifact), verified.schema_version)
-    except UnknownSchemaVersion as exc:
-        raise ArtifactVerificationError(str(exc)) from None
-    return verified
+    # The probe's --timeout bounds verification too (a hostile artifact must not keep a
+    # probe pod busy hashing or parsing for longer than it may take to answer).
+    return verify_artifact(
+        config.artifact, config.language, config.bundle_root, timeout=config.answer_timeout
+    )
 
 
 async def run_probe(config: ProbeConfig, log: EventLog) -> ProbeOutcome:

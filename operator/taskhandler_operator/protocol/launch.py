@@ -6,19 +6,14 @@ Commands follow reference ``airflow-langsdk.md`` §2.8 (Go), §3.5 (TypeScript) 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from taskhandler_operator.artifacts.java import is_java_binary_name
 from taskhandler_operator.artifacts.models import Language, VerifiedArtifact
-from taskhandler_operator.limits import (
-    ID_LENGTH,
-    JAVA_MAX_CLASS_NAME,
-    MAX_FRAME_SIZE,
-    MAX_REQUEST_DAG_IDS,
-)
+from taskhandler_operator.limits import ID_LENGTH, MAX_FRAME_SIZE, MAX_REQUEST_DAG_IDS
 from taskhandler_operator.protocol.relay import RelayLimits
 
 __all__ = [
@@ -29,17 +24,9 @@ __all__ = [
     "runtime_environment",
 ]
 
-# A Java binary class name (JLS 13.1): identifiers joined by '.', '$' for nested classes. Any
-# other Main-Class (one starting with '-', say) would reach the java launcher as an option.
-_JAVA_BINARY_NAME = re.compile(r"(?:[^\W\d]|\$)[\w$]*(?:\.(?:[^\W\d]|\$)[\w$]*)*")
-
 
 class UnsafeCommand(ValueError):
     """The runtime's command line would not mean what verification checked."""
-
-
-def is_java_binary_name(name: str) -> bool:
-    return len(name) <= JAVA_MAX_CLASS_NAME and _JAVA_BINARY_NAME.fullmatch(name) is not None
 
 
 class ProbeConfig(BaseModel):

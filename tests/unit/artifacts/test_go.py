@@ -335,7 +335,7 @@ _GOOD_SDK = "sdk: {supervisor_schema_version: '2026-10-30'}\n"
         ),
         (
             "sources: [{path: a, offset: 0, length: 9}]\n",
-            "etl: metadata sources[0] (a) ends at 9, past the 0-byte source region",
+            "etl: metadata sources[0] ('a') ends at 9, past the 0-byte source region",
         ),
         (
             "sources: [{path: a, offset: 0, length: 0, sha256: XYZ}]\n",
@@ -360,12 +360,13 @@ _GOOD_SDK = "sdk: {supervisor_schema_version: '2026-10-30'}\n"
         (
             f"sources: [{{path: a, offset: 0, length: 0, sha256: {EMPTY_SHA}}}]\n"
             "entrypoint_path: [a]\n",
-            "etl: metadata entrypoint_path ['a'] is not one of the listed sources",
+            "etl: metadata entrypoint_path a list of 1 item(s) is not one of the listed sources",
         ),
         (
             f"sources: [{{path: a, offset: 0, length: 0, sha256: {EMPTY_SHA}}}]\n"
             "dag_source_paths: {d1: {x: 1}}\n",
-            "etl: metadata dag_source_paths['d1'] {'x': 1} is not one of the listed sources",
+            "etl: metadata dag_source_paths['d1'] a mapping of 1 key(s) is not one of the "
+            "listed sources",
         ),
     ],
 )

@@ -323,8 +323,8 @@ def test_same_main_class_in_another_jar_fails(tmp_path: Path) -> None:
         tmp_path / "copy" / "old-handlers.jar", manifest={"Main-Class": "org.example.Handlers"}
     )
     assert _verify_error(path) == (
-        "handlers.jar: copy/old-handlers.jar declares the same Main-Class org.example.Handlers; "
-        "the JVM would run whichever comes first on the classpath"
+        "handlers.jar: 'copy/old-handlers.jar' declares the same Main-Class "
+        "org.example.Handlers; the JVM would run whichever comes first on the classpath"
     )
 
 

@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from taskhandler_operator.artifacts.listing import ListingCache, list_candidates, walk_files
+from taskhandler_operator.artifacts.listing import (
+    BundleRootError,
+    ListingCache,
+    list_candidates,
+    walk_files,
+)
 from taskhandler_operator.artifacts.models import Language
 from tests.fixtures.packers import write_go_bundle, write_jar, write_typescript_bundle
 
@@ -152,9 +157,9 @@ def test_fifo_is_skipped_without_blocking(tmp_path: Path) -> None:
 
 def test_root_that_is_not_a_folder_raises(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
-    with pytest.raises(NotADirectoryError, match="is not a folder"):
+    with pytest.raises(BundleRootError, match="is not a folder"):
         list_candidates(tmp_path / "file", Language.GO)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(BundleRootError, match="cannot be resolved: No such file or directory"):
         list_candidates(tmp_path / "missing", Language.GO)
 
 
@@ -182,7 +187,7 @@ print(json.dumps({
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="drops to nobody to make permissions bite")
-def test_unreadable_files_are_skipped_and_unreadable_folders_reported() -> None:
+def test_unreadable_files_and_folders_are_reported() -> None:
     import json
 
     with tempfile.TemporaryDirectory(prefix="thop-perm-") as raw:
@@ -203,11 +208,12 @@ def test_unreadable_files_are_skipped_and_unreadable_folders_reported() -> None:
         )
     result = json.loads(proc.stdout)
     assert result["candidates"] == ["readable"]
-    assert len(result["problems"]) == 1
-    assert result["problems"][0][0] == "closed"
+    # Never a silent miss: the folder and the file nobody may read are both named.
+    assert [problem[0] for problem in result["problems"]] == ["closed", "secret"]
     assert result["problems"][0][1].startswith(
         "cannot read this folder: [Errno 13] Permission denied"
     )
+    assert result["problems"][1][1] == "cannot be opened (Permission denied)"
 
 
 # -- cache ---------------------------------------------------------------------------------

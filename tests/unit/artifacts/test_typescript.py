@@ -367,7 +367,7 @@ def _repack(tmp_path: Path, code: bytes = CODE, **kw: Any) -> Path:
         (
             {"metadata_extra": {"airflow_bundle_metadata_version": None}},
             "bundle.min.mjs: metadata airflow_bundle_metadata_version is missing or not "
-            "MAJOR.MINOR[.PATCH]",
+            "MAJOR.MINOR[.PATCH] (numbers of at most 9 digits)",
         ),
         (
             {"metadata_extra": {"airflow_bundle_metadata_version": "2.0"}},

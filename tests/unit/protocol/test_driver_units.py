@@ -9,15 +9,15 @@ import pytest
 from pydantic import ValidationError
 
 from taskhandler_operator.artifacts.models import Language, VerifiedArtifact
-from taskhandler_operator.protocol import driver
-from taskhandler_operator.protocol.driver import ProbeConfig, build_command, runtime_environment
-from taskhandler_operator.protocol.eventlog import EventLog
-from taskhandler_operator.protocol.launch import UnsafeCommand, is_java_binary_name
-from taskhandler_operator.protocol.schema_versions import (
+from taskhandler_operator.artifacts.schema_versions import (
     KNOWN_SCHEMA_VERSIONS,
     UnknownSchemaVersion,
     check_known_schema_version,
 )
+from taskhandler_operator.protocol import driver
+from taskhandler_operator.protocol.driver import ProbeConfig, build_command, runtime_environment
+from taskhandler_operator.protocol.eventlog import EventLog
+from taskhandler_operator.protocol.launch import UnsafeCommand, is_java_binary_name
 from taskhandler_operator.protocol.summary import ExitCode, ProbeErrorKind
 
 
@@ -161,7 +161,8 @@ def test_known_schema_versions() -> None:
     with pytest.raises(UnknownSchemaVersion) as info:
         check_known_schema_version("etl", "1999-01-01")
     assert str(info.value).startswith(
-        "etl uses supervisor schema version '1999-01-01', which this supervisor does not know"
+        "etl uses supervisor schema version '1999-01-01', which this supervisor does not support "
+        "(supported: 2026-06-16 to 2026-10-30: "
     )
 
 
@@ -170,7 +171,7 @@ async def test_unexpected_verification_exception_still_ends_in_a_summary(
 ) -> None:
     # Only the routing of run_probe is under test: a reader that raises something other
     # than ArtifactVerificationError must give a driver_error summary, not escape.
-    def broken(*_args: object) -> VerifiedArtifact:
+    def broken(*_args: object, **_kw: object) -> VerifiedArtifact:
         raise TypeError("unhashable type: 'list'")
 
     monkeypatch.setattr(driver, "verify_artifact", broken)
