@@ -564,3 +564,69 @@ def test_problems_carry_their_identity() -> None:
         "t",
     )
     assert problem.relative_fileloc == "etl.py"
+
+
+# --- behaviours a one-operator change would break silently -------------------------------------
+
+
+def test_a_stub_on_another_queue_sorting_first_does_not_hide_the_dags_own_stubs() -> None:
+    # "a_other" sorts before "b_ours" and "c_ours": a `continue` turned `break` would skip them,
+    # and the writer would then delete the Dag's rows as if it had no stubs on our queues.
+    result = validate_bundle(
+        bundle_name=BUNDLE,
+        queues=QUEUES,
+        dags=[dag(stub("a_other", queue="python"), stub("b_ours"), stub("c_ours"))],
+        artifacts=[artifact("etl.jar", handler("b_ours", []), handler("c_ours", None))],
+    )
+    (verdict,) = result.verdicts
+    assert verdict.errors == ()
+    assert [(b.task_id, b.artifact_rel_path) for b in verdict.bindings or ()] == [
+        ("b_ours", "etl.jar"),
+        ("c_ours", "etl.jar"),
+    ]
+
+
+def test_problems_after_an_ambiguous_task_are_still_reported() -> None:
+    v = verdict_of(
+        dag(stub("a_twice"), stub("b_unbound"), stub("c_wrong_type", [literal_arg("x", "s", STR)])),
+        artifact("one.jar", handler("a_twice", []), handler("c_wrong_type", [param(None, INT)])),
+        artifact("two.jar", handler("a_twice", [])),
+    )
+    assert error_texts(v) == [
+        "Dag 'etl', task 'a_twice': registered by 'one.jar' and 'two.jar' in Dag bundle "
+        f"{BUNDLE!r}",
+        f"Dag 'etl', task 'b_unbound': no artifact in Dag bundle {BUNDLE!r} registers it",
+        "Dag 'etl', task 'c_wrong_type': argument 'x' is string, the task handler takes integer",
+    ]
+    assert v.bindings is None
+
+
+def test_a_nullable_argument_against_a_nullable_parameter_of_another_type_is_an_error() -> None:
+    v = verdict_of(
+        dag(stub("t", [xcom_arg("n", "up", OPT_INT)])),
+        artifact("etl", handler("t", [param(None, {"anyOf": [STR, {"type": "null"}]})])),
+    )
+    assert error_texts(v) == [
+        "Dag 'etl', task 't': argument 'n' is integer or null, the task handler takes string "
+        "or null"
+    ]
+
+
+def test_a_nullable_argument_against_a_nullable_parameter_of_its_type_binds() -> None:
+    v = verdict_of(
+        dag(stub("t", [xcom_arg("n", "up", OPT_INT)])),
+        artifact("etl", handler("t", [param(None, {"anyOf": [NUM, {"type": "null"}]})])),
+    )
+    assert v.errors == () and v.bindings is not None
+
+
+def test_a_named_handler_whose_stub_passes_nothing_reports_each_unfilled_parameter() -> None:
+    v = verdict_of(
+        dag(stub("t")),
+        artifact("go", handler("t", [param("Table", STR), param(None, INT)], "named")),
+    )
+    assert v.errors == ()
+    assert warning_texts(v) == [
+        "Dag 'etl', task 't': the task handler's parameter 'Table' gets no argument",
+        "Dag 'etl', task 't': the task handler's parameter #1 gets no argument",
+    ]

@@ -206,3 +206,125 @@ def test_control_characters_cannot_inflate_the_summary() -> None:
     )
     assert len(summary.to_json().encode()) <= MAX_SUMMARY_BYTES
     assert summary.error is not None and summary.error.startswith("unexpected message type '")
+
+
+# -- contracts a reader relies on (pinned value by value) ---------------------------------------
+
+
+def test_an_error_summary_is_never_accepted_even_with_a_matching_hash() -> None:
+    line = result_line(RESULT)
+    failed = ProbeSummary(
+        status="error",
+        error_kind=ProbeErrorKind.EXIT_STATUS,
+        error="The runtime exited with code 1 after sending its parse result",
+        artifact="a",
+        language="go",
+        result_sha256=hashlib.sha256(line.encode()).hexdigest(),
+    )
+    with pytest.raises(ResultRejected, match="the probe did not succeed: The runtime exited"):
+        accept_result(f"{RESULT_MARKER}\n{line}\n", failed)
+
+
+def test_an_ok_summary_without_a_hash_is_not_accepted() -> None:
+    summary = ProbeSummary(status="ok", artifact="a", language="go")
+    with pytest.raises(ResultRejected, match="the probe did not succeed: no result hash"):
+        accept_result(f"{RESULT_MARKER}\n{result_line(RESULT)}\n", summary)
+
+
+def test_exit_codes_are_a_contract() -> None:
+    assert {c.name: int(c) for c in ExitCode} == {
+        "OK": 0,
+        "PROBE_FAILED": 1,
+        "ARTIFACT_REFUSED": 3,
+        "DRIVER_ERROR": 4,
+    }
+
+
+def test_error_kinds_and_their_exit_codes_are_a_contract() -> None:
+    assert {k.value: int(k.exit_code) for k in ProbeErrorKind} == {
+        "artifact_refused": 3,
+        "launch_failed": 4,
+        "exited_before_connect": 1,
+        "connect_timeout": 1,
+        "answer_timeout": 1,
+        "exited_without_result": 1,
+        "invalid_frame": 1,
+        "frame_too_large": 1,
+        "invalid_message": 1,
+        "duplicate_result": 1,
+        "exit_timeout": 1,
+        "exit_status": 1,
+        "processes_left": 1,
+        "driver_error": 4,
+    }
+
+
+def test_an_error_summary_without_a_kind_is_a_driver_error() -> None:
+    summary = ProbeSummary(status="error", artifact="a", language="go")
+    assert summary.exit_code is ExitCode.DRIVER_ERROR
+    assert ProbeSummary(status="ok", artifact="a", language="go").exit_code is ExitCode.OK
+
+
+def _encoded(text: str) -> int:
+    return len(json.dumps(text, ensure_ascii=False).encode())
+
+
+@pytest.mark.parametrize(
+    ("field", "limit", "keep_end"),
+    [("error", 1200, False), ("artifact", 400, True)],
+)
+@pytest.mark.parametrize("unit", ["a", "é", "\x00", "😀", "\u2028"])
+def test_each_shortened_field_keeps_the_longest_piece_that_fits(
+    field: str, limit: int, keep_end: bool, unit: str
+) -> None:
+    text = "".join(f"{unit}{i % 10}" for i in range(2000))
+    kwargs = {"artifact": "a", "error": None, field: text}
+    summary = ProbeSummary(status="error", language="go", **kwargs)  # type: ignore[arg-type]
+    value = getattr(summary, field)
+    assert _encoded(value) <= limit
+    value.encode("utf-8")  # valid text: never half a character
+    if keep_end:
+        assert value.startswith("…")
+        kept = value[1:]
+        assert text.endswith(kept)
+        longer = text[len(text) - len(kept) - 1 :]
+        assert _encoded("…" + longer) > limit
+    else:
+        assert value.endswith("…")
+        kept = value[:-1]
+        assert text.startswith(kept)
+        assert _encoded(text[: len(kept) + 1] + "…") > limit
+
+
+@pytest.mark.parametrize("field", ["error", "artifact"])
+def test_a_field_that_fits_is_kept_whole(field: str) -> None:
+    text = "x" * 300
+    summary = ProbeSummary(
+        status="error",
+        language="go",
+        **{"artifact": "a", field: text},  # type: ignore[arg-type]
+    )
+    assert getattr(summary, field) == text
+
+
+def test_a_warning_message_is_shortened_to_its_limit_and_stays_text() -> None:
+    text = "é\x01" * 1000
+    message = SummaryWarning(kind=ProbeWarningKind.EMPTY_ANSWER, message=text).message
+    kept = message.removesuffix("…")
+    assert message.endswith("…") and text.startswith(kept)
+    assert _encoded(message) <= 500
+    assert _encoded(text[: len(kept) + 1] + "…") > 500
+
+
+def test_pids_are_cut_to_sixteen_and_warnings_to_two() -> None:
+    summary = ProbeSummary(
+        status="ok",
+        artifact="a",
+        language="go",
+        runtime_pids=list(range(100)),
+        warnings=[
+            SummaryWarning(kind=ProbeWarningKind.EXIT_TIMEOUT, message=str(i)) for i in range(5)
+        ],
+    )
+    assert summary.runtime_pids == list(range(16))
+    assert [w.message for w in summary.warnings] == ["0", "1"]
