@@ -279,7 +279,7 @@ def test_each_shortened_field_keeps_the_longest_piece_that_fits(
 ) -> None:
     text = "".join(f"{unit}{i % 10}" for i in range(2000))
     kwargs = {"artifact": "a", "error": None, field: text}
-    summary = ProbeSummary(status="error", language="go", **kwargs)  # type: ignore[arg-type]
+    summary = ProbeSummary(status="error", language="go", **kwargs)
     value = getattr(summary, field)
     assert _encoded(value) <= limit
     value.encode("utf-8")  # valid text: never half a character
@@ -302,7 +302,7 @@ def test_a_field_that_fits_is_kept_whole(field: str) -> None:
     summary = ProbeSummary(
         status="error",
         language="go",
-        **{"artifact": "a", field: text},  # type: ignore[arg-type]
+        **{"artifact": "a", field: text},
     )
     assert getattr(summary, field) == text
 
