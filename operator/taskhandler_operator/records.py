@@ -127,7 +127,7 @@ KnownSDKTaskHandlerArtifact = TaskHandlerArtifact
 # --- problems ------------------------------------------------------------------------------------
 
 Severity = Literal["error", "warning"]
-ProblemKind = Literal["unreadable", "unbound", "ambiguous", "arguments", "conflict"]
+ProblemKind = Literal["unreadable", "unbound", "ambiguous", "arguments", "conflict", "empty_answer"]
 
 
 class BundleProblem(BaseModel):

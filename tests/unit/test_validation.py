@@ -630,3 +630,50 @@ def test_a_named_handler_whose_stub_passes_nothing_reports_each_unfilled_paramet
         "Dag 'etl', task 't': the task handler's parameter 'Table' gets no argument",
         "Dag 'etl', task 't': the task handler's parameter #1 gets no argument",
     ]
+
+
+# --- an artifact that registers nothing ------------------------------------------------------
+
+
+def test_an_empty_answer_is_a_problem_on_its_artifact_and_named_in_unbound_errors() -> None:
+    empty = TaskHandlerArtifact(
+        bundle_name=BUNDLE, relative_fileloc="old-sdk.jar", size_bytes=1, task_handlers={}
+    )
+    result = validate_bundle(
+        bundle_name=BUNDLE,
+        queues=QUEUES,
+        dags=[dag(stub("t"))],
+        artifacts=[empty, artifact("other.jar", handler("u", []))],
+    )
+    (problem,) = result.artifact_problems
+    assert problem.model_dump() == {
+        "severity": "warning",
+        "kind": "empty_answer",
+        "message": (
+            f"Artifact 'old-sdk.jar' in Dag bundle {BUNDLE!r} registers no task handler; if it "
+            "implements stub tasks, the likely cause is that an older Go or Java SDK runtime "
+            "answers only the Dags named in the probe request's dag_ids"
+        ),
+        "dag_id": None,
+        "task_id": None,
+        "relative_fileloc": "old-sdk.jar",
+        "other_bundle": None,
+    }
+    (verdict,) = result.verdicts
+    assert error_texts(verdict) == [
+        f"Dag 'etl', task 't': no artifact in Dag bundle {BUNDLE!r} registers it; 'old-sdk.jar' "
+        "registered no task handler at all (an older Go or Java SDK runtime answers only the "
+        "Dags named in the probe request's dag_ids?)"
+    ]
+    assert result.problems[0] == problem
+
+
+def test_artifacts_with_handlers_raise_no_empty_answer_problem() -> None:
+    result = validate_bundle(
+        bundle_name=BUNDLE,
+        queues=QUEUES,
+        dags=[dag(stub("t"))],
+        artifacts=[artifact("a.jar", handler("t", []))],
+    )
+    assert result.artifact_problems == ()
+    assert result.problems == ()
