@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 
@@ -180,8 +181,9 @@ def test_rejects_a_line_that_does_not_match_the_hash() -> None:
 
 
 def test_rejects_a_log_without_marker() -> None:
-    with pytest.raises(ResultRejected, match="no result marker followed by a line"):
+    with pytest.raises(ResultRejected) as info:
         accept_result("nothing here\n", ok_summary("x"))
+    assert str(info.value) == "the probe log has no result marker followed by a line"
 
 
 def test_rejects_a_failed_probe() -> None:
@@ -328,3 +330,35 @@ def test_pids_are_cut_to_sixteen_and_warnings_to_two() -> None:
     )
     assert summary.runtime_pids == list(range(16))
     assert [w.message for w in summary.warnings] == ["0", "1"]
+
+
+# -- found by mutation testing (docs/mutation-testing.md) -----------------------------------
+
+
+def test_only_line_ends_are_stripped_from_log_lines() -> None:
+    # Trailing blanks and letters belong to the line; only "\r\n" is the container log's.
+    assert find_result_line([RESULT_MARKER, "value \t"]) == "value \t"
+    assert find_result_line([RESULT_MARKER, "endsInXX\r\n"]) == "endsInXX"
+    assert find_result_line([RESULT_MARKER + " ", "not after a marker"]) is None
+
+
+def test_a_result_holding_timestamps_is_logged_as_json_text() -> None:
+    # msgpack timestamps decode to datetimes; the result line must still be JSON.
+    stamped = RESULT.model_copy(
+        update={"warnings": [dt.datetime(2026, 10, 30, 12, 0, tzinfo=dt.UTC)]}
+    )
+    line = result_line(stamped)
+    assert json.loads(line)["warnings"] == ["2026-10-30T12:00:00Z"]
+
+
+def test_a_field_of_exactly_its_limit_is_kept_whole() -> None:
+    text = "e" * (1200 - 2)  # the JSON string takes its two quotes too
+    assert _encoded(text) == 1200
+    summary = ProbeSummary(status="error", artifact="a", language="go", error=text)
+    assert summary.error == text
+
+
+def test_the_summary_json_leaves_out_what_is_unset() -> None:
+    text = ProbeSummary(status="ok", artifact="a", language="go").to_json()
+    assert "null" not in text
+    assert json.loads(text)["status"] == "ok"
