@@ -669,3 +669,38 @@ def test_connection_from_outside_the_process_tree_is_refused(
     assert run.summary.handler_count == 1
     accepted = accept_result(run.log, run.summary)
     assert list(accepted.task_handlers) == ["intruder_test"]
+
+
+# -- processes that try to outlive the probe without ever answering ----------------------------
+
+ESCAPER = b"""#!/bin/sh
+# After the start-up snapshot, a subshell double-forks a SIGTERM-ignoring grandchild out of the
+# session and exits at once, so no snapshot of the tree ever sees it; then the runtime %s.
+sleep 0.1
+( setsid sh -c 'trap "" TERM; echo $$ >> "$THOP_RUNTIME_PID_FILE"; \\
+  exec sleep 300 </dev/null >/dev/null 2>&1' & )
+echo $$ >> "$THOP_RUNTIME_PID_FILE"
+sleep 0.2
+%s
+"""
+
+
+@pytest.mark.parametrize(
+    ("then", "options", "kind"),
+    [
+        (b"exit 3", (), ProbeErrorKind.EXITED_BEFORE_CONNECT),
+        (b"exec sleep 300", ("--connect-timeout", "1"), ProbeErrorKind.CONNECT_TIMEOUT),
+    ],
+    ids=["exits-before-connecting", "never-connects"],
+)
+def test_an_escaped_grandchild_of_a_runtime_that_never_answers_is_killed(
+    then: bytes, options: tuple[str, ...], kind: ProbeErrorKind, probe: Any, tmp_path: Path
+) -> None:
+    # Without adoption the grandchild, re-parented to init in a session of its own, outlived
+    # these probes.
+    script = ESCAPER % (then.split()[0], then)
+    artifact = write_go_bundle(tmp_path / "bundle" / "escaper", script)
+    run = probe(artifact, "go", *options)
+    assert run.summary.error_kind == kind, run.summary
+    assert len(run.pids) == 2, run.pids
+    assert running(run.pids) == []
