@@ -452,6 +452,12 @@ def test_named_design_a_optional_param_is_not_reported_unfilled() -> None:
         ({"type": 3}, None),
         ({"type": []}, None),
         (None, None),
+        # Malformed combinators are not compared, nor do they hide a const that follows.
+        ({"anyOf": []}, None),
+        ({"anyOf": "x", "const": 1}, ("integer",)),
+        ({"oneOf": {"a": INT}}, None),
+        ({"enum": "abc"}, None),
+        ({"enum": []}, None),
     ],
 )
 def test_schema_types(schema: dict[str, Any] | None, types: tuple[str, ...] | None) -> None:
@@ -677,3 +683,11 @@ def test_artifacts_with_handlers_raise_no_empty_answer_problem() -> None:
     )
     assert result.artifact_problems == ()
     assert result.problems == ()
+
+
+def test_task_problems_are_ordered_by_task_whatever_found_them_first() -> None:
+    # A read problem about task "z" is found before the stubs are walked; the report still
+    # lists task "a" first.
+    read = DagReadProblem(message="z's _arg_bindings is unreadable", task_id="z", queue="java")
+    v = verdict_of(dag(stub("a"), problems=(read,)))
+    assert [p.task_id for p in v.errors] == ["a", "z"]

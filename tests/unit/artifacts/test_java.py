@@ -464,3 +464,15 @@ def test_corrupt_deflate_reason(tmp_path: Path) -> None:
     data[start] = 0xFF  # BTYPE 11: a reserved block type
     path.write_bytes(bytes(data))
     assert _manifest_error(path).startswith("the manifest does not inflate (Error -3 ")
+
+
+def test_an_unreadable_dependency_gives_a_reason_never_an_exception(tmp_path: Path) -> None:
+    assert java._manifest_or_reason(tmp_path / "gone.jar") == (
+        None,
+        "cannot be read (No such file or directory)",
+    )
+    (tmp_path / "x.jar").write_bytes(b"not a zip")
+    assert java._manifest_or_reason(tmp_path / "x.jar") == (
+        None,
+        "too small to be a zip archive",
+    )

@@ -37,7 +37,7 @@ ids = st.integers(0, 2**63 - 1)
 
 
 def payload_of(value: object) -> bytes:
-    packed: bytes = msgpack.packb(value, use_bin_type=True)
+    packed: bytes = msgpack.packb(value, use_bin_type=True, datetime=True)
     return packed
 
 
@@ -105,6 +105,10 @@ def test_timestamp_beyond_datetime_range_is_a_malformed_frame(seconds: int) -> N
         ([1, "body"], "frame body is a msgpack string, expected a map or nil"),
         ([1, None, 5], "frame third element is a msgpack integer, expected a map or nil"),
         ([1, None, b"x"], "frame third element is a msgpack binary, expected a map or nil"),
+        (
+            [1, dt.datetime(2026, 1, 1, tzinfo=dt.UTC)],
+            "frame body is a msgpack datetime, expected a map or nil",
+        ),
     ],
 )
 def test_malformed_frames(value: object, message: str) -> None:
