@@ -554,3 +554,51 @@ def test_a_raw_line_breaker_in_the_layout_line_is_refused(tmp_path: Path, breake
     assert _listing_error(path) == (
         "l.min.mjs: the layout line contains a carriage return or a U+2028/U+2029 line separator"
     )
+
+
+# -- found by mutation testing (docs/mutation-testing.md) -----------------------------------
+
+
+def test_listing_reads_at_most_4096_bytes_of_a_long_first_line(tmp_path: Path) -> None:
+    path = tmp_path / "long.min.mjs"
+    path.write_bytes(b"//# airflowBundle=" + b"x" * 4500 + b"\n" + b"y" * 10_000)
+    with OpenFile.open(path) as f:
+        with pytest.raises(typescript.LayoutError, match="longer than 4096 bytes"):
+            typescript.read_layout_line(f)
+        assert f.bytes_read == 4096
+
+
+def test_a_broken_source_region_is_named_by_its_index(tmp_path: Path) -> None:
+    path = tmp_path / "bad.min.mjs"
+    path.write_bytes(_mutated_layout(sources__0__start="zz"))
+    assert (
+        _listing_error(path)
+        == "bad.min.mjs: layout sources[0].start is not 16 lowercase hex digits"
+    )
+
+
+def test_a_source_path_with_a_newline_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "bad.min.mjs"
+    path.write_bytes(_mutated_layout(sources__0__path="a\nb"))
+    assert _listing_error(path) == (
+        "bad.min.mjs: layout sources[0].path is missing, empty or contains a newline"
+    )
+
+
+def test_an_error_candidate_keeps_its_path_and_size(tmp_path: Path) -> None:
+    path = tmp_path / "bad.min.mjs"
+    path.write_bytes(b"//# airflowBundle={}\nx")
+    assert read_with(typescript.read_candidate, path, "ui/bad.min.mjs") == Candidate(
+        "ui/bad.min.mjs", 22, None, "ui/bad.min.mjs: layout has no 'code' key"
+    )
+
+
+def test_a_verified_bundle_reports_its_path_and_size(tmp_path: Path) -> None:
+    path = _write(tmp_path)
+    verified = verify_artifact(path, Language.TYPESCRIPT)
+    assert (verified.path, verified.size_bytes) == (path, path.stat().st_size)
+
+
+def test_metadata_that_is_not_an_object_in_full(tmp_path: Path) -> None:
+    path = write_typescript_bundle(tmp_path / "m.min.mjs", CODE, metadata_payload=b"[1]")
+    assert _verify_error(path) == "m.min.mjs: the metadata line is not a JSON object"

@@ -291,3 +291,28 @@ def test_encode_payload_error_carries_the_uint32_limit() -> None:
     with pytest.raises(FrameTooLarge) as info:
         encode_payload(Huge())
     assert (info.value.length, info.value.limit) == (2**32, 2**32 - 1)
+
+
+# -- found by mutation testing (docs/mutation-testing.md) -----------------------------------
+
+
+def test_the_largest_wire_length_can_be_encoded() -> None:
+    class Largest(bytes):
+        def __len__(self) -> int:
+            return 2**32 - 1
+
+    assert encode_payload(Largest()).startswith(b"\xff\xff\xff\xff")
+
+
+def test_binary_and_datetime_values_are_encoded_as_their_msgpack_types() -> None:
+    when = dt.datetime(2026, 10, 30, 12, 0, tzinfo=dt.UTC)
+    payload = split(encode_response(ResponseFrame(1, {"b": b"\x01", "t": when})))
+    assert b"\xc4\x01\x01" in payload  # bin 8, not a raw string
+    assert b"\xd6\xff" in payload  # timestamp 32 extension
+    assert decode_response(payload).body == {"b": b"\x01", "t": when}
+
+
+def test_trailing_bytes_message_in_full() -> None:
+    with pytest.raises(MalformedFrame) as info:
+        decode_request(b"\x92\x01\xc0\xc0")
+    assert str(info.value) == "payload has bytes after its msgpack value"
