@@ -127,9 +127,8 @@ def _central_directory(f: OpenFile) -> _Directory:
                 raise ZipFormatError("zip64 end-of-central-directory record is missing")
             fields = _ZIP64_EOCD.unpack(record64)
             cd_size, cd_offset = fields[8], fields[9]
-    # zip64 sizes and offsets are 64-bit: compare with the file before any arithmetic uses them.
-    if cd_size > size or cd_offset > size:
-        raise ZipFormatError("central directory lies outside the file")
+    # zip64 sizes and offsets are 64-bit and may claim anything: a directory that does not
+    # end where the end records start lies outside the file.
     prepended = cd_end - cd_size - cd_offset
     if prepended < 0:
         raise ZipFormatError("central directory lies outside the file")
