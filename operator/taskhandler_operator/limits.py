@@ -57,6 +57,12 @@ MAX_SUMMARY_ERROR_BYTES: Final = 1200
 MAX_SUMMARY_ARTIFACT_BYTES: Final = 400
 #: Process ids a summary lists (of processes left behind by a runtime).
 MAX_SUMMARY_PIDS: Final = 16
+#: Warnings an ok summary carries, and the JSON-encoded size of each; they ride on ok summaries
+#: only, which carry no error text, so they fit in its budget.
+MAX_SUMMARY_WARNINGS: Final = 2
+MAX_SUMMARY_WARNING_BYTES: Final = 500
+#: Dags a parse request names in ``dag_ids`` (``probe --dag-id``).
+MAX_REQUEST_DAG_IDS: Final = 10_000
 #: Characters of one runtime log event quoted in the probe's own log.
 MAX_RELAYED_EVENT_CHARS: Final = 512
 
@@ -68,11 +74,23 @@ GO_MAX_METADATA_BYTES: Final = 1 << 20
 #: Java: a manifest is a few hundred bytes; signed JARs list per-entry digests and can reach
 #: hundreds of kilobytes. Larger is treated as unreadable, before inflating anything.
 JAVA_MAX_MANIFEST_BYTES: Final = 4 << 20
+#: Java: a ``Main-Class`` (a binary class name) longer than this is refused.
+JAVA_MAX_CLASS_NAME: Final = 1024
 #: Java: verification inflates every entry to check its CRC-32; archives declaring more are refused.
 JAVA_MAX_UNCOMPRESSED_BYTES: Final = 4 << 30
 #: TypeScript: the first line (layout), the metadata line and each embedded source.
 TS_MAX_LAYOUT_LINE: Final = 4096
 TS_MAX_METADATA_LINE: Final = 1 << 20
 TS_MAX_SOURCE_BYTES: Final = 1 << 20
+#: Characters of an untrusted value (a path, a class name, a version) quoted in a message.
+MAX_QUOTED_CHARS: Final = 80
+#: Seconds a verification may take when the caller gives no bound (``verify``); a probe uses
+#: its ``--timeout``. Hashing is the slow part: a 2 GiB artifact takes a few seconds.
+VERIFY_TIMEOUT_S: Final = 300.0
+#: Java: the central directory verification parses (zipfile keeps an object per entry, so this
+#: bounds its memory; a JAR of 100,000 entries has a directory of about 8 MiB).
+JAVA_MAX_CENTRAL_DIRECTORY_BYTES: Final = 32 << 20
+#: ``plan --known FILE``: the known-artifact list read from a file (a bundle's answers).
+KNOWN_ARTIFACTS_MAX_BYTES: Final = 64 << 20
 #: Listing cache entries kept (one per file of every bundle root listed).
 LISTING_CACHE_MAX_ENTRIES: Final = 100_000

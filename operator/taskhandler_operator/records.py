@@ -164,7 +164,7 @@ class ArtifactRecord(BaseModel):
 # --- problems ------------------------------------------------------------------------------------
 
 Severity = Literal["error", "warning"]
-ProblemKind = Literal["unreadable", "unbound", "ambiguous", "arguments", "conflict"]
+ProblemKind = Literal["unreadable", "unbound", "ambiguous", "arguments", "conflict", "empty_answer"]
 
 
 class BundleProblem(BaseModel):

@@ -83,10 +83,13 @@ class ValidationResult(BaseModel):
 
     bundle_name: str
     verdicts: tuple[DagVerdict, ...]
+    # About an artifact rather than a Dag (stored as the bundle's own problems).
+    artifact_problems: tuple[BundleProblem, ...] = ()
 
     @property
     def problems(self) -> tuple[BundleProblem, ...]:
-        return tuple(p for v in self.verdicts for p in (*v.errors, *v.warnings))
+        per_dag = tuple(p for v in self.verdicts for p in (*v.errors, *v.warnings))
+        return (*self.artifact_problems, *per_dag)
 
     @property
     def bindings(self) -> tuple[TaskHandlerBinding, ...]:
@@ -108,16 +111,41 @@ def validate_bundle(
     """Validate every Dag's stubs on ``queues`` against the bundle's ``artifacts``.
 
     Every Dag gets a verdict; one with no stub on these queues gets ``bindings=()``, which
-    tells the writer to remove any rows this bundle held for it.
+    tells the writer to remove any rows this bundle held for it. An artifact that declares no
+    handler at all is a warning of its own (``artifact_problems``) and is named in every
+    "no artifact registers it" error, because it is the likely reason.
     """
+    artifact_list = list(artifacts)
     queue_set = frozenset(queues)
-    claims = _index_claims(artifacts)
+    claims = _index_claims(artifact_list)
     broken_list = sorted(broken, key=lambda b: b.rel_path)
+    empty = sorted(a.relative_fileloc for a in artifact_list if not a.task_handlers)
     verdicts = [
-        _validate_dag(bundle_name, queue_set, dag, claims, broken_list)
+        _validate_dag(bundle_name, queue_set, dag, claims, broken_list, empty)
         for dag in sorted(dags, key=lambda d: d.dag_id)
     ]
-    return ValidationResult(bundle_name=bundle_name, verdicts=tuple(verdicts))
+    return ValidationResult(
+        bundle_name=bundle_name,
+        verdicts=tuple(verdicts),
+        artifact_problems=tuple(_empty_answer(bundle_name, path) for path in empty),
+    )
+
+
+EMPTY_ANSWER_CAUSE = (
+    "an older Go or Java SDK runtime answers only the Dags named in the probe request's dag_ids"
+)
+
+
+def _empty_answer(bundle_name: str, rel_path: str) -> BundleProblem:
+    return BundleProblem(
+        severity="warning",
+        kind="empty_answer",
+        message=(
+            f"Artifact {rel_path!r} in Dag bundle {bundle_name!r} registers no task handler; "
+            f"if it implements stub tasks, the likely cause is that {EMPTY_ANSWER_CAUSE}"
+        ),
+        relative_fileloc=rel_path,
+    )
 
 
 def _index_claims(artifacts: Iterable[TaskHandlerArtifact]) -> dict[tuple[str, str], list[_Claim]]:
@@ -160,6 +188,7 @@ def _validate_dag(
     dag: DagStubs,
     claims: dict[tuple[str, str], list[_Claim]],
     broken: Sequence[BrokenCandidate],
+    empty: Sequence[str],
 ) -> DagVerdict:
     checker = _DagChecker(dag)
     for read_problem in dag.problems:
@@ -172,7 +201,7 @@ def _validate_dag(
             continue
         found = claims.get((dag.dag_id, stub.task_id), [])
         if not found:
-            checker.add("error", "unbound", stub.task_id, _unbound_text(bundle_name, broken))
+            checker.add("error", "unbound", stub.task_id, _unbound_text(bundle_name, broken, empty))
             continue
         if len(found) > 1:
             paths = _join_and([repr(path) for path, _ in found])
@@ -218,11 +247,14 @@ def _problem_order(problem: BundleProblem) -> tuple[bool, str]:
     return (problem.task_id is not None, problem.task_id or "")
 
 
-def _unbound_text(bundle_name: str, broken: Sequence[BrokenCandidate]) -> str:
+def _unbound_text(bundle_name: str, broken: Sequence[BrokenCandidate], empty: Sequence[str]) -> str:
     text = f"no artifact in Dag bundle {bundle_name!r} registers it"
     if broken:
         listed = ", ".join(f"{b.rel_path!r} ({b.reason})" for b in broken)
         text += f"; no answer from {listed}"
+    if empty:
+        listed = _join_and([repr(path) for path in empty])
+        text += f"; {listed} registered no task handler at all ({EMPTY_ANSWER_CAUSE}?)"
     return text
 
 

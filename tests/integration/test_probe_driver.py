@@ -27,14 +27,22 @@ import psutil
 import pytest
 
 from taskhandler_operator.cli import main
-from taskhandler_operator.devenv.packers import write_go_bundle, write_jar, write_typescript_bundle
+from taskhandler_operator.devenv.packers import (
+    GO_TRAILER,
+    hostile_jar,
+    write_go_bundle,
+    write_jar,
+    write_typescript_bundle,
+)
 from taskhandler_operator.devenv.runtimes import JAVA_MAIN_CLASS, LANGUAGES, PID_FILE_ENV
 from taskhandler_operator.limits import MAX_SUMMARY_BYTES
 from taskhandler_operator.protocol.messages import TaskHandlerParsingResult
+from taskhandler_operator.protocol.process_tree import KillReport, ProcessTracker
 from taskhandler_operator.protocol.summary import (
     RESULT_MARKER,
     ProbeErrorKind,
     ProbeSummary,
+    ProbeWarningKind,
     accept_result,
 )
 from tests.fixtures.runtimes_plugin import RuntimeFactory
@@ -219,12 +227,14 @@ MISBEHAVIOURS: dict[str, tuple[ProbeErrorKind, str, tuple[str, ...]]] = {
         ),
         (),
     ),
-    "hang-after-ack": (
-        ProbeErrorKind.EXIT_TIMEOUT,
-        re.escape("The runtime did not exit within 1s after its parse result was acknowledged"),
-        ("--exit-grace", "1"),
-    ),
     "fork-child": (
+        ProbeErrorKind.PROCESSES_LEFT,
+        r"The runtime exited but left 1 process\(es\) running \(pids (?P<pid>\d+)\)",
+        (),
+    ),
+    # Answers, then double-forks a setsid grandchild that ignores SIGTERM and outlives its
+    # parent: only adoption (the driver is a child subreaper) finds it.
+    "double-fork-escape": (
         ProbeErrorKind.PROCESSES_LEFT,
         r"The runtime exited but left 1 process\(es\) running \(pids (?P<pid>\d+)\)",
         (),
@@ -259,7 +269,7 @@ def test_misbehaving_runtime_fails_in_bounded_time_and_leaves_nothing(
     # Every process the runtime reported (itself, and a forked child) is gone.
     assert run.pids, "the runtime did not start"
     assert running(run.pids) == []
-    if mode == "fork-child":
+    if mode in ("fork-child", "double-fork-escape"):
         child = run.pids[1]
         assert int(match["pid"]) == child
         assert child in summary.runtime_pids
@@ -267,6 +277,133 @@ def test_misbehaving_runtime_fails_in_bounded_time_and_leaves_nothing(
         assert summary.logs.dropped_lines > 0
         assert summary.logs.relayed_lines <= 10_000
         assert len(run.log.encode()) < 4 * 1024 * 1024
+
+
+# -- shutdown: the runtime waits for its supervisor to hang up (as Airflow's SDK runtimes do) --
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_runtime_that_waits_for_the_supervisor_to_close_exits_at_once(
+    language: str, runtime_factory: RuntimeFactory, probe: Any
+) -> None:
+    # Every test runtime ends its side of both channels after the acknowledgement and exits
+    # only once the driver has closed its side. A driver that keeps its sockets open until
+    # cleanup would make each of these overstay the whole (long) grace and be killed.
+    run = probe(runtime_factory(language), language, "--exit-grace", "60")
+
+    assert run.code == 0, run.summary
+    assert run.summary.warnings == []
+    # It exited by itself (a kill would show as -9), well inside the grace.
+    assert run.summary.runtime_exit_code == 0
+    assert run.summary.timings.exit_ms is not None
+    assert run.summary.timings.exit_ms < 30_000
+    assert run.elapsed < 30
+    (exited,) = run.events("runtime exited")
+    assert exited["exit_code"] == 0
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_runtime_that_overstays_the_grace_keeps_its_answer_and_is_killed(
+    language: str, runtime_factory: RuntimeFactory, seed_spec: dict[str, Any], probe: Any
+) -> None:
+    run = probe(runtime_factory(language, "hang-after-ack"), language, "--exit-grace", "1")
+
+    assert run.code == 0, run.summary
+    summary = run.summary
+    assert summary.status == "ok"
+    assert [(w.kind, w.message) for w in summary.warnings] == [
+        (
+            ProbeWarningKind.EXIT_TIMEOUT,
+            "The runtime did not exit within 1s after its parse result was acknowledged; "
+            "it was killed",
+        )
+    ]
+    assert summary.runtime_exit_code == -9
+    result = accept_result(run.log, summary)
+    assert result.model_dump(mode="json")["task_handlers"] == expected_handlers(seed_spec)
+    assert running(run.pids) == []
+    assert run.elapsed < BOUND_SECONDS
+
+
+def test_a_process_that_cannot_be_killed_fails_the_probe(
+    runtime_factory: RuntimeFactory, probe: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As root every real process dies on SIGKILL; one in uninterruptible sleep (or another
+    # user's setuid program) would not. Stand one in for the tracker's last round.
+    real_kill_all = ProcessTracker.kill_all
+
+    def kill_all(self: ProcessTracker, timeout: float = 2.0) -> KillReport:
+        report = real_kill_all(self, timeout)
+        return KillReport([*report.signalled, 424242], [*report.unkillable, 424242])
+
+    monkeypatch.setattr(ProcessTracker, "kill_all", kill_all)
+    run = probe(runtime_factory("go"), "go")
+
+    assert run.code == 1
+    assert run.summary.error_kind == ProbeErrorKind.PROCESSES_LEFT
+    assert run.summary.error == "1 process(es) of the runtime could not be killed (pids 424242)"
+    assert RESULT_MARKER not in run.log
+    (record,) = run.events("runtime processes survived SIGKILL")
+    assert record["pids"] == [424242]
+
+
+# -- dag_ids and the empty answer -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_runtime_that_filters_by_dag_ids(
+    language: str, runtime_factory: RuntimeFactory, seed_spec: dict[str, Any], probe: Any
+) -> None:
+    # An older (Design A) runtime answers only the Dags the request names.
+    artifact = runtime_factory(language, "filter-dag-ids")
+
+    unnamed = probe(artifact, language)
+    assert unnamed.code == 0, unnamed.summary
+    assert accept_result(unnamed.log, unnamed.summary).task_handlers == {}
+    assert unnamed.summary.dag_ids_requested is None
+    (warning,) = unnamed.summary.warnings
+    assert warning.kind == ProbeWarningKind.EMPTY_ANSWER
+    assert warning.message.startswith(
+        "The runtime registered no task handler. If this artifact implements stub tasks, the "
+        "likely cause is an older Go or Java SDK runtime that answers only the Dags named in "
+        "the request's dag_ids"
+    )
+    (logged,) = unnamed.events("probe warning")
+    assert logged["kind"] == "empty_answer"
+
+    named = probe(artifact, language, "--dag-id", "reporting", "--dag-id", "etl")
+    assert named.code == 0, named.summary
+    assert named.summary.warnings == []
+    assert named.summary.dag_ids_requested == 2
+    result = accept_result(named.log, named.summary)
+    assert result.model_dump(mode="json")["task_handlers"] == expected_handlers(seed_spec)
+    (sent,) = named.events("sending parse request")
+    assert sent["dag_ids"] == ["etl", "reporting"]
+
+    one = probe(artifact, language, "--dag-id", "etl", "--dag-id", "no_such_dag")
+    assert list(accept_result(one.log, one.summary).task_handlers) == ["etl"]
+
+
+def test_current_runtimes_ignore_dag_ids(
+    runtime_factory: RuntimeFactory, seed_spec: dict[str, Any], probe: Any
+) -> None:
+    run = probe(runtime_factory("go"), "go", "--dag-id", "etl")
+    assert run.code == 0, run.summary
+    # The answer names a Dag the request did not: this runtime answers everything, so its
+    # cached answer stays valid when new Dags appear (docs/protocol.md, "dag_ids").
+    result = accept_result(run.log, run.summary)
+    assert result.model_dump(mode="json")["task_handlers"] == expected_handlers(seed_spec)
+
+
+def test_empty_answer_when_dags_were_named(runtime_factory: RuntimeFactory, probe: Any) -> None:
+    run = probe(runtime_factory("typescript", "filter-dag-ids"), "typescript", "--dag-id", "x")
+    assert run.code == 0, run.summary
+    (warning,) = run.summary.warnings
+    assert warning.message == (
+        "The runtime registered no task handler for any of the 1 Dag(s) the request named in "
+        "dag_ids: the artifact implements none of their stub tasks, or its runtime registered "
+        "no handler at all"
+    )
 
 
 def test_frame_limit_is_configurable(runtime_factory: RuntimeFactory, probe: Any) -> None:
@@ -346,7 +483,64 @@ def test_unknown_schema_version_is_refused(runtime_factory: RuntimeFactory, prob
     error = refused(probe(artifact, "typescript"))
     assert error.startswith(
         f"{artifact} uses supervisor schema version '1999-01-01', which this supervisor "
-        "does not know"
+        "does not support (supported: 2026-06-16 to 2026-10-30"
+    )
+
+
+def test_main_class_that_is_a_jvm_option_is_refused_before_anything_runs(
+    runtime_factory: RuntimeFactory, probe: Any, tmp_path: Path
+) -> None:
+    # "Main-Class: -version" used to verify, and the driver ran `java -classpath … -version`.
+    with zipfile.ZipFile(runtime_factory("java")) as good:
+        entries = {n: good.read(n) for n in good.namelist() if not n.startswith("META-INF/")}
+    artifact = write_jar(
+        tmp_path / "bundle" / "runtime.jar",
+        manifest={
+            "Main-Class": "-version",
+            "Airflow-Cache-Digest": "0" * 64,
+            "Airflow-Supervisor-Schema-Version": "2026-10-30",
+        },
+        entries=entries,
+    )
+    error = refused(probe(artifact, "java", "--bundle-root", str(artifact.parent)))
+    assert error == (
+        "runtime.jar: Main-Class '-version' is not a Java class name (dot-separated "
+        "identifiers), so the java launcher would not run it as a class"
+    )
+
+
+def test_a_hostile_jar_beside_the_artifact_does_not_fail_its_probe(
+    runtime_factory: RuntimeFactory, probe: Any, tmp_path: Path
+) -> None:
+    bundle = tmp_path / "bundle"
+    artifact = bundle / "app" / "runtime.jar"
+    artifact.parent.mkdir(parents=True)
+    shutil.copy2(runtime_factory("java"), artifact)
+    # A manifest whose local-header offset is 2^64-1 (zip64): it overflowed pread before.
+    (bundle / "lib").mkdir()
+    (bundle / "lib" / "dep.jar").write_bytes(hostile_jar(manifest_offset64=2**64 - 1))
+
+    run = probe(artifact, "java", "--bundle-root", str(bundle))
+
+    assert run.code == 0, run.summary
+    assert run.summary.handler_count == 5
+    assert running(run.pids) == []
+
+
+def test_verification_is_bounded_by_the_probe_timeout(probe: Any, tmp_path: Path) -> None:
+    # A sparse 4 GiB Go bundle: hashing it takes seconds; --timeout covers verification too.
+    artifact = tmp_path / "etl"
+    metadata = b"sdk: {supervisor_schema_version: '2026-10-30'}\n"
+    with artifact.open("wb") as handle:
+        handle.truncate(4 << 30)
+        handle.seek(4 << 30)
+        handle.write(metadata)
+        handle.write(GO_TRAILER.pack(0, len(metadata), 1, bytes(32), bytes(12), b"AFBNDL01"))
+    artifact.chmod(0o755)
+    error = refused(probe(artifact, "go", "--timeout", "0.2"))
+    assert error == (
+        f"{artifact}: verification did not finish within 0.2s (a very large artifact, a slow "
+        "disk, or a hostile file)"
     )
 
 
@@ -476,3 +670,38 @@ def test_connection_from_outside_the_process_tree_is_refused(
     assert run.summary.handler_count == 1
     accepted = accept_result(run.log, run.summary)
     assert list(accepted.task_handlers) == ["intruder_test"]
+
+
+# -- processes that try to outlive the probe without ever answering ----------------------------
+
+ESCAPER = b"""#!/bin/sh
+# After the start-up snapshot, a subshell double-forks a SIGTERM-ignoring grandchild out of the
+# session and exits at once, so no snapshot of the tree ever sees it; then the runtime %s.
+sleep 0.1
+( setsid sh -c 'trap "" TERM; echo $$ >> "$THOP_RUNTIME_PID_FILE"; \\
+  exec sleep 300 </dev/null >/dev/null 2>&1' & )
+echo $$ >> "$THOP_RUNTIME_PID_FILE"
+sleep 0.2
+%s
+"""
+
+
+@pytest.mark.parametrize(
+    ("then", "options", "kind"),
+    [
+        (b"exit 3", (), ProbeErrorKind.EXITED_BEFORE_CONNECT),
+        (b"exec sleep 300", ("--connect-timeout", "1"), ProbeErrorKind.CONNECT_TIMEOUT),
+    ],
+    ids=["exits-before-connecting", "never-connects"],
+)
+def test_an_escaped_grandchild_of_a_runtime_that_never_answers_is_killed(
+    then: bytes, options: tuple[str, ...], kind: ProbeErrorKind, probe: Any, tmp_path: Path
+) -> None:
+    # Without adoption the grandchild, re-parented to init in a session of its own, outlived
+    # these probes.
+    script = ESCAPER % (then.split()[0], then)
+    artifact = write_go_bundle(tmp_path / "bundle" / "escaper", script)
+    run = probe(artifact, "go", *options)
+    assert run.summary.error_kind == kind, run.summary
+    assert len(run.pids) == 2, run.pids
+    assert running(run.pids) == []

@@ -452,6 +452,12 @@ def test_named_design_a_optional_param_is_not_reported_unfilled() -> None:
         ({"type": 3}, None),
         ({"type": []}, None),
         (None, None),
+        # Malformed combinators are not compared, nor do they hide a const that follows.
+        ({"anyOf": []}, None),
+        ({"anyOf": "x", "const": 1}, ("integer",)),
+        ({"oneOf": {"a": INT}}, None),
+        ({"enum": "abc"}, None),
+        ({"enum": []}, None),
     ],
 )
 def test_schema_types(schema: dict[str, Any] | None, types: tuple[str, ...] | None) -> None:
@@ -564,3 +570,124 @@ def test_problems_carry_their_identity() -> None:
         "t",
     )
     assert problem.relative_fileloc == "etl.py"
+
+
+# --- behaviours a one-operator change would break silently -------------------------------------
+
+
+def test_a_stub_on_another_queue_sorting_first_does_not_hide_the_dags_own_stubs() -> None:
+    # "a_other" sorts before "b_ours" and "c_ours": a `continue` turned `break` would skip them,
+    # and the writer would then delete the Dag's rows as if it had no stubs on our queues.
+    result = validate_bundle(
+        bundle_name=BUNDLE,
+        queues=QUEUES,
+        dags=[dag(stub("a_other", queue="python"), stub("b_ours"), stub("c_ours"))],
+        artifacts=[artifact("etl.jar", handler("b_ours", []), handler("c_ours", None))],
+    )
+    (verdict,) = result.verdicts
+    assert verdict.errors == ()
+    assert [(b.task_id, b.artifact_rel_path) for b in verdict.bindings or ()] == [
+        ("b_ours", "etl.jar"),
+        ("c_ours", "etl.jar"),
+    ]
+
+
+def test_problems_after_an_ambiguous_task_are_still_reported() -> None:
+    v = verdict_of(
+        dag(stub("a_twice"), stub("b_unbound"), stub("c_wrong_type", [literal_arg("x", "s", STR)])),
+        artifact("one.jar", handler("a_twice", []), handler("c_wrong_type", [param(None, INT)])),
+        artifact("two.jar", handler("a_twice", [])),
+    )
+    assert error_texts(v) == [
+        "Dag 'etl', task 'a_twice': registered by 'one.jar' and 'two.jar' in Dag bundle "
+        f"{BUNDLE!r}",
+        f"Dag 'etl', task 'b_unbound': no artifact in Dag bundle {BUNDLE!r} registers it",
+        "Dag 'etl', task 'c_wrong_type': argument 'x' is string, the task handler takes integer",
+    ]
+    assert v.bindings is None
+
+
+def test_a_nullable_argument_against_a_nullable_parameter_of_another_type_is_an_error() -> None:
+    v = verdict_of(
+        dag(stub("t", [xcom_arg("n", "up", OPT_INT)])),
+        artifact("etl", handler("t", [param(None, {"anyOf": [STR, {"type": "null"}]})])),
+    )
+    assert error_texts(v) == [
+        "Dag 'etl', task 't': argument 'n' is integer or null, the task handler takes string "
+        "or null"
+    ]
+
+
+def test_a_nullable_argument_against_a_nullable_parameter_of_its_type_binds() -> None:
+    v = verdict_of(
+        dag(stub("t", [xcom_arg("n", "up", OPT_INT)])),
+        artifact("etl", handler("t", [param(None, {"anyOf": [NUM, {"type": "null"}]})])),
+    )
+    assert v.errors == () and v.bindings is not None
+
+
+def test_a_named_handler_whose_stub_passes_nothing_reports_each_unfilled_parameter() -> None:
+    v = verdict_of(
+        dag(stub("t")),
+        artifact("go", handler("t", [param("Table", STR), param(None, INT)], "named")),
+    )
+    assert v.errors == ()
+    assert warning_texts(v) == [
+        "Dag 'etl', task 't': the task handler's parameter 'Table' gets no argument",
+        "Dag 'etl', task 't': the task handler's parameter #1 gets no argument",
+    ]
+
+
+# --- an artifact that registers nothing ------------------------------------------------------
+
+
+def test_an_empty_answer_is_a_problem_on_its_artifact_and_named_in_unbound_errors() -> None:
+    empty = TaskHandlerArtifact(
+        bundle_name=BUNDLE, relative_fileloc="old-sdk.jar", size_bytes=1, task_handlers={}
+    )
+    result = validate_bundle(
+        bundle_name=BUNDLE,
+        queues=QUEUES,
+        dags=[dag(stub("t"))],
+        artifacts=[empty, artifact("other.jar", handler("u", []))],
+    )
+    (problem,) = result.artifact_problems
+    assert problem.model_dump() == {
+        "severity": "warning",
+        "kind": "empty_answer",
+        "message": (
+            f"Artifact 'old-sdk.jar' in Dag bundle {BUNDLE!r} registers no task handler; if it "
+            "implements stub tasks, the likely cause is that an older Go or Java SDK runtime "
+            "answers only the Dags named in the probe request's dag_ids"
+        ),
+        "dag_id": None,
+        "task_id": None,
+        "relative_fileloc": "old-sdk.jar",
+        "other_bundle": None,
+    }
+    (verdict,) = result.verdicts
+    assert error_texts(verdict) == [
+        f"Dag 'etl', task 't': no artifact in Dag bundle {BUNDLE!r} registers it; 'old-sdk.jar' "
+        "registered no task handler at all (an older Go or Java SDK runtime answers only the "
+        "Dags named in the probe request's dag_ids?)"
+    ]
+    assert result.problems[0] == problem
+
+
+def test_artifacts_with_handlers_raise_no_empty_answer_problem() -> None:
+    result = validate_bundle(
+        bundle_name=BUNDLE,
+        queues=QUEUES,
+        dags=[dag(stub("t"))],
+        artifacts=[artifact("a.jar", handler("t", []))],
+    )
+    assert result.artifact_problems == ()
+    assert result.problems == ()
+
+
+def test_task_problems_are_ordered_by_task_whatever_found_them_first() -> None:
+    # A read problem about task "z" is found before the stubs are walked; the report still
+    # lists task "a" first.
+    read = DagReadProblem(message="z's _arg_bindings is unreadable", task_id="z", queue="java")
+    v = verdict_of(dag(stub("a"), problems=(read,)))
+    assert [p.task_id for p in v.errors] == ["a", "z"]

@@ -1,15 +1,23 @@
-"""CLI: ``inspect`` (list candidates), ``plan`` (fast path against known artifacts), ``verify``."""
+"""CLI: ``inspect`` (list candidates), ``plan`` (fast path against known artifacts), ``verify``.
+
+Paths in a bundle are untrusted text: every one printed in a table or a message goes through
+:func:`display`, so a newline cannot forge a row, an escape sequence cannot reach the terminal
+and a name that is not UTF-8 cannot crash the output.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from taskhandler_operator.artifacts.models import Candidate, Language
+from taskhandler_operator.limits import KNOWN_ARTIFACTS_MAX_BYTES
 
 _LANGUAGES = [language.value for language in Language]
 
@@ -77,7 +85,27 @@ def _candidate_json(candidate: Candidate) -> dict[str, Any]:
     }
 
 
+def display(text: object) -> str:
+    """``text`` on one line of valid, printable text: control characters, line separators and
+    undecodable bytes (surrogates from the file system) escaped, backslashes doubled."""
+    value = str(text)
+    if value.isprintable() and "\\" not in value:
+        return value
+    out: list[str] = []
+    for ch in value:
+        if ch == "\\":
+            out.append("\\\\")
+        elif "\udc80" <= ch <= "\udcff":
+            out.append(f"\\x{ord(ch) - 0xDC00:02x}")
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            out.append(ch.encode("unicode_escape", "backslashreplace").decode("ascii"))
+    return "".join(out)
+
+
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO) -> None:
+    rows = [[display(cell) for cell in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in rows:
         widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
@@ -92,7 +120,7 @@ def run_inspect(args: argparse.Namespace) -> int:
     try:
         result = list_candidates(args.dir, Language(args.language))
     except OSError as exc:
-        print(f"inspect: {args.dir}: {exc}", file=sys.stderr)
+        print(f"inspect: {display(exc)}", file=sys.stderr)
         return 2
     if args.json:
         document = {
@@ -112,7 +140,7 @@ def run_inspect(args: argparse.Namespace) -> int:
     ]
     _table(("PATH", "SIZE", "DIGEST", "VERDICT"), rows, sys.stdout)
     for problem in result.problems:
-        print(f"problem: {problem.rel_path}: {problem.message}")
+        print(f"problem: {display(problem.rel_path)}: {display(problem.message)}")
     print(
         f"{len(result.candidates)} candidate(s), {result.stats.files_walked} file(s) walked, "
         f"{result.stats.bytes_read} byte(s) read"
@@ -133,21 +161,27 @@ def run_plan(args: argparse.Namespace) -> int:
     known: list[TaskHandlerArtifact] = []
     if args.known is not None:
         try:
-            raw = args.known.read_bytes()
+            raw = read_bounded(args.known, KNOWN_ARTIFACTS_MAX_BYTES)
             known = TypeAdapter(list[TaskHandlerArtifact]).validate_json(raw)
-        except OSError as exc:
-            print(f"plan: cannot read {args.known}: {exc}", file=sys.stderr)
+        except InputRefused as exc:
+            print(f"plan: --known {display(args.known)}: {exc}", file=sys.stderr)
             return 2
         except ValidationError as exc:
-            print(f"plan: {args.known} is not a list of known artifacts:\n{exc}", file=sys.stderr)
+            print(
+                f"plan: --known {display(args.known)} is not a list of known artifacts: "
+                f"{_first_error(exc)}",
+                file=sys.stderr,
+            )
             return 2
+        finally:
+            raw = b""  # one copy at a time: the models are all that is kept
     languages = [Language(args.language)] if args.language else list(Language)
     candidates: list[Candidate] = []
     try:
         for language in languages:
             candidates.extend(list_candidates(args.dir, language).candidates)
     except OSError as exc:
-        print(f"plan: {args.dir}: {exc}", file=sys.stderr)
+        print(f"plan: {display(exc)}", file=sys.stderr)
         return 2
     candidates.sort(key=lambda c: c.rel_path)
     plan = plan_probes(candidates, known, args.bundle_name)
@@ -180,6 +214,45 @@ def run_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+class InputRefused(ValueError):
+    """A file given on the command line that cannot be read as asked (the message says why)."""
+
+
+def read_bounded(path: Path, limit: int) -> bytes:
+    """The whole of a regular file of at most ``limit`` bytes, read once.
+
+    A FIFO, a device (``/dev/zero``) or a directory is refused before anything is read, and
+    the open does not block on a FIFO without a writer.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as exc:
+        raise InputRefused(f"cannot be opened ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputRefused("is not a regular file")
+        if st.st_size > limit:
+            raise InputRefused(f"is {st.st_size} bytes, more than the {limit}-byte limit")
+        try:
+            data = handle.read(limit + 1)
+        except OSError as exc:
+            raise InputRefused(f"cannot be read ({exc.strerror})") from None
+    if len(data) > limit:  # it grew while we read it
+        raise InputRefused(f"is more than the {limit}-byte limit")
+    return data
+
+
+def _first_error(exc: Any) -> str:
+    errors = exc.errors(include_url=False, include_input=False)
+    if not errors:
+        return "no details"
+    first = errors[0]
+    where = ".".join(str(part) for part in first.get("loc", ())) or "(top level)"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return display(f"{where}: {first.get('msg', '')}{more}")[:300]
+
+
 # -- verify --------------------------------------------------------------------------------
 
 
@@ -197,7 +270,7 @@ def run_verify(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"ok": False, "error": str(exc)}, indent=2))
         else:
-            print(f"verify: FAILED: {exc}", file=sys.stderr)
+            print(f"verify: FAILED: {display(exc)}", file=sys.stderr)
         return 1
     if args.json:
         document = {

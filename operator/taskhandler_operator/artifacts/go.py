@@ -33,6 +33,7 @@ from taskhandler_operator.artifacts.models import (
     check_schema_version,
     is_executable,
     normalize_cache_digest,
+    quote,
     verify_path,
 )
 from taskhandler_operator.limits import GO_MAX_METADATA_BYTES
@@ -94,7 +95,12 @@ def read_trailer(f: OpenFile) -> Trailer | None:
 
 
 def parse_metadata(raw: bytes) -> dict[str, Any]:
-    """The metadata region as a mapping; ValueError says why it is not one."""
+    """The metadata region as a mapping; ValueError says why it is not one.
+
+    YAML anchors and aliases are refused: airflow-go-pack never writes them, and an alias
+    chain ("billion laughs") lets a small region stand for a structure of gigabytes as soon
+    as anything walks or prints it.
+    """
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -102,18 +108,46 @@ def parse_metadata(raw: bytes) -> dict[str, Any]:
             f"metadata region is not UTF-8 ({exc.reason} at byte {exc.start})"
         ) from None
     try:
+        _refuse_anchors(text)
         loaded = yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 -- a safe loader
     except yaml.YAMLError as exc:
         raise ValueError(f"metadata region is not valid YAML ({_first_line(exc)})") from None
     except RecursionError:
         raise ValueError("metadata region is not valid YAML (nested too deeply)") from None
+    except _AnchorsRefused:
+        raise
+    except ValueError:
+        # A constructor's own error, e.g. an integer of more than 4300 digits.
+        raise ValueError(
+            "metadata region is not valid YAML (a value cannot be read, such as a number "
+            "with too many digits)"
+        ) from None
     if not isinstance(loaded, dict):
         raise ValueError("metadata region is not a YAML mapping")
     return loaded
 
 
+class _AnchorsRefused(ValueError):
+    pass
+
+
+def _refuse_anchors(text: str) -> None:
+    # Anchors and aliases need '&' or '*'; most metadata has neither, so the event scan
+    # (a second parse) is skipped on the listing's fast path.
+    if "&" not in text and "*" not in text:
+        return
+    for event in yaml.parse(text, Loader=_YAML_LOADER):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise _AnchorsRefused(
+                "metadata region uses YAML anchors or aliases, which Airflow metadata never "
+                "needs (refused: an alias chain can expand without bound)"
+            )
+
+
 def _first_line(exc: Exception) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    return line[:200]
 
 
 def stored_cache_digest(metadata: dict[str, Any]) -> str | None:
@@ -257,7 +291,7 @@ def _verify_sources(
         if not isinstance(path, str) or not path:
             raise fail(f"{where}.path is missing or empty")
         if path in paths:
-            raise fail(f"{where}.path {path!r} is listed twice")
+            raise fail(f"{where}.path {quote(path)} is listed twice")
         paths.add(path)
         for field, value in (("offset", offset), ("length", length)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -265,7 +299,7 @@ def _verify_sources(
         assert isinstance(offset, int) and isinstance(length, int)
         if offset + length > source_len:
             raise fail(
-                f"{where} ({path}) ends at {offset + length}, past the "
+                f"{where} ({quote(path)}) ends at {quote(offset + length)}, past the "
                 f"{source_len}-byte source region"
             )
         # Files are concatenated, so together they fit in the region. Without this bound,
@@ -282,13 +316,13 @@ def _verify_sources(
         actual = _sha256_range(f, start, start + length).hex()
         if actual != digest:
             raise fail(
-                f"source region file {path!r} SHA-256 does not match the metadata "
+                f"source region file {quote(path)} SHA-256 does not match the metadata "
                 f"(metadata {digest}, region {actual})"
             )
     entrypoint = metadata.get("entrypoint_path")
     # isinstance first: YAML can give a list or a mapping, which a set lookup cannot hash.
     if entrypoint is not None and (not isinstance(entrypoint, str) or entrypoint not in paths):
-        raise fail(f"metadata entrypoint_path {entrypoint!r} is not one of the listed sources")
+        raise fail(f"metadata entrypoint_path {quote(entrypoint)} is not one of the listed sources")
     dag_paths = metadata.get("dag_source_paths")
     if dag_paths is not None:
         if not isinstance(dag_paths, dict):
@@ -296,6 +330,6 @@ def _verify_sources(
         for dag_id, value in dag_paths.items():
             if not isinstance(value, str) or value not in paths:
                 raise fail(
-                    f"metadata dag_source_paths[{dag_id!r}] {value!r} is not one of the "
-                    "listed sources"
+                    f"metadata dag_source_paths[{quote(dag_id)}] {quote(value)} is not one of "
+                    "the listed sources"
                 )

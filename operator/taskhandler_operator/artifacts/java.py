@@ -25,10 +25,18 @@ from taskhandler_operator.artifacts.models import (
     Language,
     OpenFile,
     VerifiedArtifact,
+    check_deadline,
     check_schema_version,
+    excerpt,
     normalize_cache_digest,
+    quote,
 )
-from taskhandler_operator.limits import JAVA_MAX_MANIFEST_BYTES, JAVA_MAX_UNCOMPRESSED_BYTES
+from taskhandler_operator.limits import (
+    JAVA_MAX_CENTRAL_DIRECTORY_BYTES,
+    JAVA_MAX_CLASS_NAME,
+    JAVA_MAX_MANIFEST_BYTES,
+    JAVA_MAX_UNCOMPRESSED_BYTES,
+)
 
 SUFFIX = ".jar"
 MANIFEST_NAME = b"META-INF/MANIFEST.MF"
@@ -54,6 +62,13 @@ _STORED, _DEFLATED = 0, 8
 _FIRST_CD_READ = 1024
 _MAX_CD_READ = 64 << 10
 _LINE_SPLIT = re.compile(rb"\r\n|\r|\n")
+# A Java binary class name (JLS 13.1): identifiers joined by '.', '$' for nested classes. Any
+# other Main-Class (one starting with '-', say) would reach the java launcher as an option.
+_JAVA_BINARY_NAME = re.compile(r"(?:[^\W\d]|\$)[\w$]*(?:\.(?:[^\W\d]|\$)[\w$]*)*")
+
+
+def is_java_binary_name(name: str) -> bool:
+    return len(name) <= JAVA_MAX_CLASS_NAME and _JAVA_BINARY_NAME.fullmatch(name) is not None
 
 
 class ZipFormatError(ValueError):
@@ -112,6 +127,8 @@ def _central_directory(f: OpenFile) -> _Directory:
                 raise ZipFormatError("zip64 end-of-central-directory record is missing")
             fields = _ZIP64_EOCD.unpack(record64)
             cd_size, cd_offset = fields[8], fields[9]
+    # zip64 sizes and offsets are 64-bit and may claim anything: a directory that does not
+    # end where the end records start lies outside the file.
     prepended = cd_end - cd_size - cd_offset
     if prepended < 0:
         raise ZipFormatError("central directory lies outside the file")
@@ -201,11 +218,15 @@ def read_manifest_bytes(f: OpenFile) -> bytes:
             f"the manifest declares {entry.size} bytes, more than the "
             f"{JAVA_MAX_MANIFEST_BYTES}-byte limit"
         )
+    if not 0 <= entry.local_offset <= f.size - _LOCAL.size:
+        raise ZipFormatError("the manifest's local header lies outside the file")
     local = f.read_at(entry.local_offset, _LOCAL.size)
     if len(local) != _LOCAL.size or local[:4] != _LOCAL_SIG:
         raise ZipFormatError("the manifest's local header is missing")
     name_len, extra_len = _LOCAL.unpack(local)[9:11]
     data_at = entry.local_offset + _LOCAL.size + name_len + extra_len
+    if data_at + entry.compressed_size > f.size:
+        raise ZipFormatError("the manifest entry is truncated")
     data = f.read_at(data_at, entry.compressed_size)
     if len(data) != entry.compressed_size:
         raise ZipFormatError("the manifest entry is truncated")
@@ -231,7 +252,8 @@ def parse_main_section(raw: bytes) -> dict[str, str]:
     """Main-section attributes, names lower-cased (reference §4.1).
 
     Continuation lines are joined as bytes before decoding, because 72-byte folding
-    can split a UTF-8 sequence.
+    can split a UTF-8 sequence. Decoded as UTF-8 with replacement, as the JVM's own
+    manifest reader does.
     """
     logical: list[list[bytes]] = []
     for line in _LINE_SPLIT.split(raw):
@@ -301,6 +323,14 @@ def verify_file(path: Path, name: str, classpath: Sequence[tuple[str, Path]]) ->
 
     if not path.name.endswith(SUFFIX):
         raise fail(f"a Java artifact's name must end with {SUFFIX}, or it is not on the classpath")
+    for rel, jar in classpath:
+        # The launcher joins the classpath with ':'; 'x:y.jar' would become two entries, one
+        # of them resolved from the working directory.
+        if os.pathsep in jar.as_posix():
+            raise fail(
+                f"bundle JAR {quote(rel)} cannot be put on a classpath: its path contains "
+                f"{os.pathsep!r}; rename it"
+            )
     try:
         with OpenFile.open(path) as f:
             try:
@@ -315,28 +345,43 @@ def verify_file(path: Path, name: str, classpath: Sequence[tuple[str, Path]]) ->
     except OSError as exc:
         raise fail(f"cannot be read ({exc})") from None
 
+    if CACHE_DIGEST not in attributes:
+        # What Airflow's worker says too: a dependency JAR may well have a Main-Class.
+        raise fail(
+            "has no Airflow-Cache-Digest manifest attribute, so it is not an artifact the Java "
+            "runtime runs (a dependency JAR of the bundle?)"
+        )
     main_class = _attribute(attributes, MAIN_CLASS)
     if main_class is None:
         raise fail("has no Main-Class manifest attribute, so the JVM has nothing to run")
+    if not is_java_binary_name(main_class):
+        raise fail(
+            f"Main-Class {quote(main_class)} is not a Java class name (dot-separated "
+            "identifiers), so the java launcher would not run it as a class"
+        )
     schema_version = _attribute(attributes, SCHEMA_VERSION)
     schema_source = name
+    unreadable: list[str] = []
     others = [(rel, p) for rel, p in classpath if _identity(p) != identity]
     for rel, other in others:
-        other_attributes = _manifest_or_none(other)
+        other_attributes, reason = _manifest_or_reason(other)
         if other_attributes is None:
+            # Only this JAR's own problem; it matters here only if its manifest was needed.
+            unreadable.append(f"dependency {quote(rel)} is unreadable: {reason}")
             continue
         if _attribute(other_attributes, MAIN_CLASS) == main_class:
             raise fail(
-                f"{rel} declares the same Main-Class {main_class}; the JVM would run "
+                f"{quote(rel)} declares the same Main-Class {main_class}; the JVM would run "
                 "whichever comes first on the classpath"
             )
         if schema_version is None:
             schema_version = _attribute(other_attributes, SCHEMA_VERSION)
             schema_source = rel
     if schema_version is None:
+        also = f" ({'; '.join(unreadable[:3])})" if unreadable else ""
         raise fail(
             "no Airflow-Supervisor-Schema-Version: neither its manifest nor any other JAR "
-            "of the bundle (the airflow-sdk JAR a thin JAR relies on) declares one"
+            f"of the bundle (the airflow-sdk JAR a thin JAR relies on) declares one{also}"
         )
     try:
         check_schema_version(schema_version)
@@ -363,17 +408,29 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino)
 
 
-def _manifest_or_none(path: Path) -> dict[str, str] | None:
+def _manifest_or_reason(path: Path) -> tuple[dict[str, str] | None, str]:
+    """Another bundle JAR's manifest, or why it cannot be read (never an exception)."""
     try:
         with OpenFile.open(path) as f:
-            return read_manifest(f)
-    except (OSError, ZipFormatError):
-        return None
+            return read_manifest(f), ""
+    except ZipFormatError as exc:
+        return None, str(exc)
+    except OSError as exc:
+        return None, f"cannot be read ({exc.strerror or type(exc).__name__})"
 
 
 def _check_entries(f: OpenFile, fail: Callable[[str], ArtifactVerificationError]) -> None:
     """Inflate every entry and let zipfile compare its CRC-32 (what the JVM checks on load)."""
     current = "(central directory)"
+    try:
+        directory = _central_directory(f)
+    except ZipFormatError as exc:
+        raise fail(f"cannot read its central directory: {exc}") from None
+    if directory.size > JAVA_MAX_CENTRAL_DIRECTORY_BYTES:
+        raise fail(
+            f"its central directory is {directory.size} bytes, more than the "
+            f"{JAVA_MAX_CENTRAL_DIRECTORY_BYTES}-byte limit"
+        )
     try:
         with os.fdopen(os.dup(f.fd), "rb") as handle, zipfile.ZipFile(handle) as archive:
             infos = archive.infolist()
@@ -389,10 +446,20 @@ def _check_entries(f: OpenFile, fail: Callable[[str], ArtifactVerificationError]
                     continue
                 with archive.open(info) as member:
                     while member.read(1 << 20):
-                        pass
+                        check_deadline()
     except ArtifactVerificationError:
         raise
-    except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, NotImplementedError) as exc:
-        raise fail(f"entry {current!r} is corrupt: {exc}") from None
+    except (
+        zipfile.BadZipFile,
+        zlib.error,
+        EOFError,
+        ValueError,
+        NotImplementedError,
+        # What zipfile lets escape on hostile zip64 values (seek past 2^63, short structs).
+        OverflowError,
+        OSError,
+        struct.error,
+    ) as exc:
+        raise fail(f"entry {quote(current)} is corrupt: {excerpt(str(exc))}") from None
     except RuntimeError as exc:  # zipfile's "encrypted, password required"
-        raise fail(f"entry {current!r} cannot be read: {exc}") from None
+        raise fail(f"entry {quote(current)} cannot be read: {excerpt(str(exc))}") from None

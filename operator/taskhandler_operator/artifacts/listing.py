@@ -5,6 +5,10 @@ reads nothing outside the root (a symlink leaving it is reported, not followed),
 survives symlink loops, and lists a file reached through several paths once, under
 the first path walked. A :class:`ListingCache` lets an unchanged tree be relisted
 with one ``stat`` per file and no reads.
+
+Nothing in the tree makes the listing fail or skip silently: a name that is not UTF-8,
+a path longer than the database can store or than the system can open, and a file a
+reader chokes on each become a :class:`ListingProblem` naming it.
 """
 
 from __future__ import annotations
@@ -18,8 +22,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from taskhandler_operator.artifacts import go, java, typescript
-from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile
-from taskhandler_operator.limits import LISTING_CACHE_MAX_ENTRIES
+from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile, excerpt
+from taskhandler_operator.limits import LISTING_CACHE_MAX_ENTRIES, PATH_LENGTH
 
 Reader = Callable[[OpenFile, str], Candidate | None]
 
@@ -64,12 +68,50 @@ class Walk:
     problems: list[ListingProblem] = field(default_factory=list)
 
 
+class BundleRootError(OSError):
+    """The bundle root cannot be walked at all (missing, not a folder, a symlink loop)."""
+
+
+def resolve_root(root: Path) -> Path:
+    """The real path of a bundle root folder; :class:`BundleRootError` says why not."""
+    try:
+        real = root.resolve(strict=True)
+    except RuntimeError:  # Python 3.11 reports a symlink loop this way, not as OSError
+        raise BundleRootError(f"{root} cannot be resolved: it is a symlink loop") from None
+    except OSError as exc:
+        raise BundleRootError(f"{root} cannot be resolved: {exc.strerror or exc}") from None
+    if not real.is_dir():
+        raise BundleRootError(f"{root} is not a folder")
+    return real
+
+
 def walk_files(root: Path) -> Walk:
     """Every regular file under ``root`` in deterministic order, never leaving the root."""
     walk = Walk()
-    for item in _walk(root.resolve(strict=True), walk.problems):
+    for item in _walk(resolve_root(root), walk.problems):
         walk.files.append(item)
     return walk
+
+
+def printable_path(rel_path: str) -> str:
+    """A walked path as valid text: undecodable bytes shown as ``\\xNN`` escapes."""
+    return rel_path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _name_problem(rel_path: str) -> str | None:
+    """Why a path cannot be listed as it is, if it cannot."""
+    try:
+        rel_path.encode("utf-8")
+    except UnicodeEncodeError:
+        # os.scandir hands over undecodable bytes as surrogates; no database, log or table
+        # can hold them as text.
+        return "its name is not valid UTF-8, skipped (rename it)"
+    if len(rel_path) > PATH_LENGTH:
+        return (
+            f"its path is {len(rel_path)} characters, longer than the {PATH_LENGTH} the "
+            "database stores, skipped"
+        )
+    return None
 
 
 def _walk(root: Path, problems: list[ListingProblem]) -> Iterator[WalkedFile]:
@@ -84,6 +126,10 @@ def _walk(root: Path, problems: list[ListingProblem]) -> Iterator[WalkedFile]:
             stack.pop()
             continue
         entry_path, rel_path = step
+        name_problem = _name_problem(rel_path)
+        if name_problem is not None:
+            problems.append(ListingProblem(printable_path(rel_path), name_problem))
+            continue
         resolved = _resolve(root, entry_path, rel_path, problems)
         if resolved is None:
             continue
@@ -120,8 +166,11 @@ def _resolve(
     """(real path, stat) of an entry, following a symlink only when it stays in the root."""
     try:
         st = os.lstat(entry_path)
-    except OSError:
+    except FileNotFoundError:
         return None  # vanished since the folder was read
+    except OSError as exc:  # a path past the system's limit (ENAMETOOLONG), say
+        problems.append(ListingProblem(rel_path, f"cannot be read, skipped ({exc.strerror})"))
+        return None
     if not stat.S_ISLNK(st.st_mode):
         return entry_path, st
     try:
@@ -138,7 +187,10 @@ def _resolve(
         return None
     try:
         return str(target), target.stat()
-    except OSError:
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        problems.append(ListingProblem(rel_path, f"cannot be read, skipped ({exc.strerror})"))
         return None
 
 
@@ -226,12 +278,11 @@ def list_candidates(
 ) -> ListingResult:
     """The candidates of ``language`` under ``root``, in walk order.
 
-    Unreadable and unrelated files are skipped; refused symlinks and unreadable
-    folders are reported in ``problems``. Raises OSError if ``root`` is not a folder.
+    Unrelated files are skipped; unreadable files and folders, refused symlinks and names
+    that cannot be listed are reported in ``problems``. Raises :class:`BundleRootError` (an
+    OSError) if ``root`` is not a folder that can be walked.
     """
-    real_root = root.resolve(strict=True)
-    if not real_root.is_dir():
-        raise NotADirectoryError(f"{root} is not a folder")
+    real_root = resolve_root(root)
     reader = READERS[language]
     stats = ListingStats()
     problems: list[ListingProblem] = []
@@ -248,7 +299,7 @@ def list_candidates(
             stats.cache_hits += 1
             candidate = cached.candidate
         else:
-            opened = _read(reader, language, item, stats)
+            opened = _read(reader, language, item, stats, problems)
             if opened is None:
                 continue
             candidate, key = opened
@@ -260,12 +311,19 @@ def list_candidates(
 
 
 def _read(
-    reader: Reader, language: Language, item: WalkedFile, stats: ListingStats
+    reader: Reader,
+    language: Language,
+    item: WalkedFile,
+    stats: ListingStats,
+    problems: list[ListingProblem],
 ) -> tuple[Candidate | None, _CacheKey] | None:
     """Run the reader on the file; None when it cannot be opened or changed under us."""
     try:
         f = OpenFile.open(item.path, follow_symlinks=False)
-    except OSError:
+    except FileNotFoundError:
+        return None  # vanished since the walk saw it
+    except OSError as exc:
+        problems.append(ListingProblem(item.rel_path, f"cannot be opened ({exc.strerror})"))
         return None
     with f:
         # The walk's stat and the open file must be the same file, or the walk raced a rename.
@@ -274,8 +332,20 @@ def _read(
         stats.files_opened += 1
         try:
             candidate = reader(f, item.rel_path)
-        except OSError:
-            candidate = None
+        except OSError as exc:
+            problems.append(ListingProblem(item.rel_path, f"cannot be read ({exc.strerror})"))
+            return None
+        except Exception as exc:
+            # A reader bug on a hostile file: a problem on this file, never an exception that
+            # takes the whole listing (and every other artifact's plan) down with it.
+            problems.append(
+                ListingProblem(
+                    item.rel_path,
+                    f"cannot be read by the {language.value} reader "
+                    f"({type(exc).__name__}: {excerpt(str(exc))})",
+                )
+            )
+            return None
         finally:
             stats.bytes_read += f.bytes_read
             stats.bytes_by_file[item.rel_path] = f.bytes_read

@@ -3,21 +3,29 @@
 Also holds :class:`OpenFile`, the one file-access primitive every reader goes
 through: offset reads on a single descriptor (so size and content come from the
 same open file) with a byte counter, which is how the benchmark proves the
-listing reads only what identifies an artifact.
+listing reads only what identifies an artifact. Offsets and lengths a file claims
+are clamped to the file, so no claimed value ever reaches a system call.
+
+Two guards every reader uses on untrusted content: :func:`quote` renders a value
+for a message (a short escaped prefix, never the whole value) and
+:func:`verification_deadline` bounds a whole verification in time.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import date
 from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
 
-from taskhandler_operator.limits import CACHE_DIGEST_LENGTH
+from taskhandler_operator.limits import CACHE_DIGEST_LENGTH, MAX_QUOTED_CHARS
 
 # Chunk size for streaming hashes: large enough to amortise syscalls, small enough
 # to keep memory flat whatever the artifact size.
@@ -47,6 +55,66 @@ class Candidate:
 
 class ArtifactVerificationError(Exception):
     """The full integrity check failed; the message names the file and the failing rule."""
+
+
+class VerificationTimeout(ArtifactVerificationError):
+    """The verification did not finish within its deadline (see :func:`verification_deadline`)."""
+
+
+# Set by verification_deadline(); checked on every read and every step that loops.
+# A ContextVar, so it follows asyncio.to_thread into the worker thread.
+_DEADLINE: ContextVar[tuple[float, float] | None] = ContextVar("_DEADLINE", default=None)
+
+
+@contextmanager
+def verification_deadline(seconds: float | None) -> Iterator[None]:
+    """Make every :func:`check_deadline` inside the block raise after ``seconds``."""
+    if seconds is None:
+        yield
+        return
+    token = _DEADLINE.set((time.monotonic() + seconds, seconds))
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def check_deadline() -> None:
+    deadline = _DEADLINE.get()
+    if deadline is not None and time.monotonic() > deadline[0]:
+        raise VerificationTimeout(f"verification did not finish within {deadline[1]:g}s")
+
+
+def excerpt(text: str, limit: int = 200) -> str:
+    """A message from a library about untrusted input: cut, with control characters escaped."""
+    cut = text[:limit]
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in cut)
+    return shown + "…" if len(text) > limit else shown
+
+
+def quote(value: object, limit: int = MAX_QUOTED_CHARS) -> str:
+    """An untrusted value for a message: a short escaped prefix, never the whole value.
+
+    Strings and bytes are cut to ``limit`` characters before ``repr`` (so the work does not
+    grow with the value); containers are described by kind and size, never rendered: a YAML
+    alias chain can make a small document expand to gigabytes when printed.
+    """
+    if isinstance(value, str | bytes):
+        shown = repr(value[:limit])
+        return shown + "…" if len(value) > limit else shown
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, int):
+        # repr of an int past 4300 digits raises; its size says enough.
+        bits = value.bit_length()
+        return repr(value) if bits <= 64 else f"an integer of {bits} bits"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, dict):
+        return f"a mapping of {len(value)} key(s)"
+    if isinstance(value, list | tuple):
+        return f"a list of {len(value)} item(s)"
+    return f"a {type(value).__name__}"
 
 
 @dataclass(frozen=True)
@@ -114,12 +182,17 @@ class OpenFile:
         return self.stat.st_mode
 
     def read_at(self, offset: int, length: int) -> bytes:
-        """Up to ``length`` bytes at ``offset`` (fewer only at end of file)."""
-        if length <= 0 or offset < 0:
+        """Up to ``length`` bytes at ``offset`` (fewer only at end of file).
+
+        An offset or length outside the file (a hostile zip64 record can claim 2^64-1) reads
+        nothing past the end instead of reaching ``pread``, which would overflow.
+        """
+        if length <= 0 or offset < 0 or offset >= self.size:
             return b""
         parts: list[bytes] = []
-        remaining = length
+        remaining = min(length, self.size - offset)
         while remaining > 0:
+            check_deadline()
             chunk = os.pread(self.fd, min(remaining, HASH_CHUNK_BYTES), offset)
             if not chunk:
                 break
@@ -177,11 +250,11 @@ def check_schema_version(value: object) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError("missing or invalid sdk.supervisor_schema_version")
     try:
-        parsed = date.fromisoformat(value)
+        parsed = date.fromisoformat(value) if len(value) == 10 else None
     except ValueError:
         parsed = None
     if parsed is None or parsed.isoformat() != value:
-        raise ValueError(f"supervisor schema version {value!r} is not a YYYY-MM-DD date")
+        raise ValueError(f"supervisor schema version {quote(value)} is not a YYYY-MM-DD date")
     return value
 
 

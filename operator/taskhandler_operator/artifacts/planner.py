@@ -14,7 +14,7 @@ same content, and a stored digest is what says "unchanged".
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -82,3 +82,26 @@ def plan_probes(
         else:
             probe.append(candidate)
     return ProbePlan(cached, probe, rejected)
+
+
+def answer_covers(
+    requested: Collection[str] | None,
+    answered: Collection[str],
+    wanted: Collection[str],
+) -> bool:
+    """Whether a recorded answer still speaks for every Dag in ``wanted``.
+
+    ``requested`` is the ``dag_ids`` the probe sent (None: none), ``answered`` the Dags the
+    answer declares, ``wanted`` the Dags with stubs on the bundle's queues now. Runtimes of
+    the current protocol ignore ``dag_ids`` and answer everything; older ones (Design A)
+    answer only the Dags requested. So an answer is complete when nothing was requested, or
+    when it declares a Dag that was not requested (its runtime does not filter); otherwise it
+    may have been filtered and covers only what was requested. A cached answer that does not
+    cover ``wanted`` must be probed again (docs/protocol.md, "dag_ids").
+    """
+    if requested is None:
+        return True
+    requested_set = frozenset(requested)
+    if not frozenset(answered) <= requested_set:
+        return True
+    return frozenset(wanted) <= requested_set

@@ -29,6 +29,7 @@ from taskhandler_operator.artifacts.models import (
     OpenFile,
     VerifiedArtifact,
     check_schema_version,
+    quote,
     verify_path,
 )
 from taskhandler_operator.limits import (
@@ -48,7 +49,9 @@ SUPPORTED_MAJOR = 1
 _FIRST_READ = 1024
 _OFFSET = re.compile(r"[0-9a-f]{16}")
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
-_METADATA_VERSION = re.compile(r"([0-9]+)\.[0-9]+(\.[0-9]+)?")
+# At most 9 digits a part: a version is a small number, and int() of thousands of digits is
+# slow and then refused by Python with a message about its own limits.
+_METADATA_VERSION = re.compile(r"([0-9]{1,9})\.[0-9]{1,9}(\.[0-9]{1,9})?")
 # Characters that would end a JavaScript line comment early and so break the framing.
 _LINE_BREAKERS = (b"\r", "\u2028".encode(), "\u2029".encode())
 
@@ -115,13 +118,25 @@ def _check_comment_payload(payload: bytes, what: str) -> None:
 
 
 def _load_json(payload: bytes, what: str) -> Any:
+    # Decoded as UTF-8 here: json.loads on bytes would guess UTF-16 or UTF-32 from a BOM or
+    # from zero bytes, and Airflow refuses anything but UTF-8.
     try:
-        return json.loads(payload)
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise LayoutError(
+            f"the {what} line is not UTF-8 ({exc.reason} at byte {exc.start})"
+        ) from None
+    try:
+        return json.loads(text)
     except RecursionError:
         raise LayoutError(f"the {what} line is not valid JSON (nested too deeply)") from None
-    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    except json.JSONDecodeError as exc:
+        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         raise LayoutError(f"the {what} line is not valid JSON ({reason})") from None
+    except ValueError:  # int() of a number past Python's digit limit
+        raise LayoutError(
+            f"the {what} line is not valid JSON (a number has too many digits)"
+        ) from None
 
 
 def _region(value: object, where: str) -> Region:
@@ -175,7 +190,7 @@ def parse_layout(line: bytes, file_size: int) -> Layout:
                     f"layout {where}.path is not valid Unicode (a lone surrogate)"
                 ) from None
         if path in seen:
-            raise LayoutError(f"layout lists source {path!r} twice")
+            raise LayoutError(f"layout lists source {quote(path)} twice")
         seen.add(path)
         sources.append(SourceRegion(path, region))
 
@@ -191,12 +206,12 @@ def parse_layout(line: bytes, file_size: int) -> Layout:
         expected = cursor + len(source.opener)
         if source.region.start != expected:
             raise LayoutError(
-                f"layout source {source.path!r} starts at {source.region.start}, "
+                f"layout source {quote(source.path)} starts at {source.region.start}, "
                 f"its opener puts it at {expected}"
             )
         if source.region.end - source.region.start > TS_MAX_SOURCE_BYTES:
             raise LayoutError(
-                f"layout source {source.path!r} is longer than {TS_MAX_SOURCE_BYTES} bytes"
+                f"layout source {quote(source.path)} is longer than {TS_MAX_SOURCE_BYTES} bytes"
             )
         cursor = source.region.end + len(SOURCE_CLOSER)
     if code.start != cursor:
@@ -270,13 +285,15 @@ def verify_open(f: OpenFile, name: str) -> VerifiedArtifact:
         region = source.region
         opener_at = region.start - len(source.opener)
         if f.read_at(opener_at, len(source.opener)) != source.opener:
-            raise fail(f"source {source.path!r}: the opener at byte {opener_at} does not match")
+            raise fail(
+                f"source {quote(source.path)}: the opener at byte {opener_at} does not match"
+            )
         body = f.read_at(region.start, region.end - region.start)
         if f.read_at(region.end, len(SOURCE_CLOSER)) != SOURCE_CLOSER:
-            raise fail(f"source {source.path!r}: no closer at byte {region.end}")
+            raise fail(f"source {quote(source.path)}: no closer at byte {region.end}")
         if b"*/" in body:
-            raise fail(f"source {source.path!r} contains an unescaped */")
-        _check_digest(body, region.sha256, f"source {source.path!r}", fail)
+            raise fail(f"source {quote(source.path)} contains an unescaped */")
+        _check_digest(body, region.sha256, f"source {quote(source.path)}", fail)
 
     code = hashlib.sha256()
     for chunk in f.iter_range(layout.code.start, layout.code.end):
@@ -319,11 +336,12 @@ def _schema_version(metadata: object) -> str:
     match = _METADATA_VERSION.fullmatch(version) if isinstance(version, str) else None
     if match is None:
         raise ValueError(
-            "metadata airflow_bundle_metadata_version is missing or not MAJOR.MINOR[.PATCH]"
+            "metadata airflow_bundle_metadata_version is missing or not MAJOR.MINOR[.PATCH] "
+            "(numbers of at most 9 digits)"
         )
     if int(match.group(1)) != SUPPORTED_MAJOR:
         raise ValueError(
-            f"metadata airflow_bundle_metadata_version {version!r} is not supported "
+            f"metadata airflow_bundle_metadata_version {quote(version)} is not supported "
             f"(this operator reads major version {SUPPORTED_MAJOR})"
         )
     sdk = metadata.get("sdk")

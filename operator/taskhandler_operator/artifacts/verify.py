@@ -2,8 +2,9 @@
 
 Listing only reads what identifies an artifact and trusts its stored digest; this
 module recomputes every hash the format records and resolves the supervisor schema
-version the runtime speaks. It raises :class:`ArtifactVerificationError` with a
-message naming the file and the failing region or rule.
+version the runtime speaks (and refuses one this supervisor does not support). It raises
+:class:`ArtifactVerificationError` with a message naming the file and the failing region or
+rule. The whole check runs under a deadline (``timeout``).
 """
 
 from __future__ import annotations
@@ -15,8 +16,15 @@ from taskhandler_operator.artifacts.listing import walk_files
 from taskhandler_operator.artifacts.models import (
     ArtifactVerificationError,
     Language,
+    VerificationTimeout,
     VerifiedArtifact,
+    verification_deadline,
 )
+from taskhandler_operator.artifacts.schema_versions import (
+    UnknownSchemaVersion,
+    check_known_schema_version,
+)
+from taskhandler_operator.limits import VERIFY_TIMEOUT_S
 
 __all__ = [
     "ArtifactVerificationError",
@@ -36,13 +44,33 @@ def guess_language(path: Path) -> Language:
 
 
 def verify_artifact(
-    path: Path, language: Language, bundle_root: Path | None = None
+    path: Path,
+    language: Language,
+    bundle_root: Path | None = None,
+    *,
+    timeout: float | None = VERIFY_TIMEOUT_S,
 ) -> VerifiedArtifact:
     """Verify ``path``; for Java, ``bundle_root`` (default: its folder) gives the classpath.
 
     With a ``bundle_root`` the artifact must resolve inside it, and messages name it by
-    its path relative to the root.
+    its path relative to the root. Raises :class:`ArtifactVerificationError` (a
+    :class:`VerificationTimeout` past ``timeout`` seconds; None: no bound).
     """
+    with verification_deadline(timeout):
+        try:
+            verified = _verify(path, language, bundle_root)
+        except VerificationTimeout as exc:
+            raise VerificationTimeout(
+                f"{path}: {exc} (a very large artifact, a slow disk, or a hostile file)"
+            ) from None
+    try:
+        check_known_schema_version(str(path), verified.schema_version)
+    except UnknownSchemaVersion as exc:
+        raise ArtifactVerificationError(str(exc)) from None
+    return verified
+
+
+def _verify(path: Path, language: Language, bundle_root: Path | None) -> VerifiedArtifact:
     try:
         resolved = path.resolve(strict=True)
     except (OSError, RuntimeError) as exc:
@@ -80,11 +108,11 @@ def _resolve_root(bundle_root: Path | None, resolved: Path) -> Path:
 
 def _classpath(root: Path, artifact: Path) -> list[tuple[str, Path]]:
     """Every ``*.jar`` under the root, sorted by POSIX relative path, as the JVM would get it."""
-    jars = [
-        (item.rel_path, item.path)
-        for item in walk_files(root).files
-        if item.rel_path.endswith(java.SUFFIX)
-    ]
+    try:
+        walked = walk_files(root).files
+    except OSError as exc:
+        raise ArtifactVerificationError(f"bundle root {root} cannot be listed ({exc})") from None
+    jars = [(item.rel_path, item.path) for item in walked if item.rel_path.endswith(java.SUFFIX)]
     jars.sort(key=lambda pair: pair[0])
     if not any(p == artifact for _rel, p in jars):
         # A JAR reached only through a symlink is listed under its link path; make sure the

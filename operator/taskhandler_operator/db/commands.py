@@ -1,7 +1,9 @@
 """``taskhandler-operator db ...``: schema upgrade and check.
 
-Exit codes: 0 done, 1 refused or failed (the message says why), 2 usage error, 75
-(``EX_TEMPFAIL``) when the database could not be reached: try again later.
+Exit codes: 0 done, 1 refused or failed (the message says why: a malformed URL, a database
+that does not exist, a refused login, a schema that does not fit), 2 usage error, 75
+(``EX_TEMPFAIL``) only when retrying may help: the server could not be reached, or the
+connection broke.
 """
 
 from __future__ import annotations
@@ -129,6 +131,8 @@ def _check(args: argparse.Namespace) -> int:
     except DatabaseError as exc:
         return _fail(exc)
     print(f"{report.database}: revision {report.current or '(none)'}, head {report.head}")
+    for name in report.missing_airflow_tables:
+        print(f"missing Airflow table {name!r}")
     for name in report.missing_tables:
         print(f"missing table {name!r}")
     for name, differences in report.differences.items():
@@ -139,6 +143,21 @@ def _check(args: argparse.Namespace) -> int:
     if report.ok:
         print("schema OK")
         return 0
+    if report.missing_airflow_tables:
+        # `db upgrade` would refuse too: the binding tables hang off Airflow's own schema.
+        print(
+            "Airflow's metadata schema is missing; run `airflow db migrate` against this "
+            "database first, then `taskhandler-operator db upgrade`",
+            file=sys.stderr,
+        )
+        return EXIT_REFUSED
+    if report.differences:
+        print(
+            "schema does not match; fix or drop the tables named above (see "
+            "docs/database.md), then run `taskhandler-operator db upgrade`",
+            file=sys.stderr,
+        )
+        return EXIT_REFUSED
     print("schema does not match; run `taskhandler-operator db upgrade`", file=sys.stderr)
     return EXIT_REFUSED
 

@@ -9,11 +9,18 @@ driver's and SQLAlchemy's exceptions into three kinds a caller can act on:
   serialization failure. Nothing was committed; retrying at once is fine.
 * :class:`PermissionDenied`: the role lacks a grant (or does not own a table it alters); not
   retryable, the message names what was refused.
+* :class:`DatabaseRefused`: the server answered but refused for a reason retrying cannot fix
+  (the database does not exist, authentication failed, no privilege). Not retryable.
 * anything else propagates unchanged: a bug or a schema problem, retrying will not help.
+
+URLs are checked up front (:func:`normalize_url`): a malformed or unsupported URL is an
+:class:`InvalidDatabaseUrl` with a one-line message that never shows the password, instead of
+an error from deep inside the driver (or, for a NUL byte, a silently different connection).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -32,6 +39,68 @@ APPLICATION_NAME = "taskhandler-operator"
 _CONFLICT_SQLSTATES = frozenset({"40001", "40P01"})
 # insufficient_privilege: a missing grant, or an ALTER by a role that does not own the table.
 _PRIVILEGE_SQLSTATE = "42501"
+# SQLSTATEs that say the configuration is wrong: retrying with the same URL cannot help.
+# 28xxx invalid authorization (bad password, no pg_hba entry), 3D000 no such database,
+# 42501 insufficient privilege, 3F000 no such schema.
+_PERMANENT_SQLSTATE_CLASSES = ("28",)
+_PERMANENT_SQLSTATES = frozenset({"3D000", "42501", "3F000"})
+# A refusal while connecting carries no SQLSTATE (libpq reports it as text), so these are
+# recognised by the server's (English) message: the same refusals as above, plus TLS demands
+# the server cannot meet.
+_PERMANENT_CONNECT_FAILURE = re.compile(
+    r'FATAL:\s+(?:database "[^"]*" does not exist|role "[^"]*" does not exist'
+    r"|password authentication failed|no pg_hba\.conf entry|\w+ authentication failed"
+    r"|permission denied for database)"
+    r"|fe_sendauth: no password supplied|server does not support SSL, but SSL was required"
+)
+
+# libpq connection parameters a URL query may carry, with the values each accepts (None: any).
+# An unknown key would otherwise fail deep in the driver on every connection attempt.
+_QUERY_OPTIONS: dict[str, frozenset[str] | None] = {
+    "sslmode": frozenset({"disable", "allow", "prefer", "require", "verify-ca", "verify-full"}),
+    "gssencmode": frozenset({"disable", "prefer", "require"}),
+    "channel_binding": frozenset({"disable", "prefer", "require"}),
+    "target_session_attrs": frozenset(
+        {"any", "read-write", "read-only", "primary", "standby", "prefer-standby"}
+    ),
+    "load_balance_hosts": frozenset({"disable", "random"}),
+    "sslnegotiation": frozenset({"postgres", "direct"}),
+    "connect_timeout": None,
+    "application_name": None,
+    "options": None,
+    "sslcert": None,
+    "sslkey": None,
+    "sslrootcert": None,
+    "sslcrl": None,
+    "sslcrldir": None,
+    "sslpassword": None,
+    "sslsni": frozenset({"0", "1"}),
+    "ssl_min_protocol_version": None,
+    "ssl_max_protocol_version": None,
+    "keepalives": frozenset({"0", "1"}),
+    "keepalives_idle": None,
+    "keepalives_interval": None,
+    "keepalives_count": None,
+    "tcp_user_timeout": None,
+    "passfile": None,
+    "service": None,
+    "krbsrvname": None,
+    "host": None,
+    "hostaddr": None,
+    "port": None,
+    "client_encoding": None,
+    "require_auth": None,
+}
+_INTEGER_OPTIONS = frozenset(
+    {
+        "connect_timeout",
+        "keepalives_idle",
+        "keepalives_interval",
+        "keepalives_count",
+        "tcp_user_timeout",
+    }
+)
+_MAX_SHOWN = 40
 
 
 class DatabaseError(Exception):
@@ -52,19 +121,85 @@ class TransactionConflict(RetryableDatabaseError):
     """A deadlock or serialization failure aborted the transaction; nothing was committed."""
 
 
-class PermissionDenied(DatabaseError):
-    """The role lacks a privilege the statement needs; retrying will not help."""
-
-
 class InvalidDatabaseUrl(DatabaseError, ValueError):
     """The URL does not name a PostgreSQL database."""
 
 
+class DatabaseRefused(DatabaseError):
+    """The server refused for a reason retrying cannot fix (no such database, bad login)."""
+
+
+class PermissionDenied(DatabaseRefused):
+    """The role lacks a privilege the statement needs; retrying will not help."""
+
+
+def _shown(value: str) -> str:
+    """A short, escaped rendering of a URL part for a message (never the password)."""
+    text = value if len(value) <= _MAX_SHOWN else value[:_MAX_SHOWN] + "…"
+    return repr(text)
+
+
 def _parse_url(url: str | URL) -> URL:
+    if isinstance(url, str) and "\x00" in url:
+        # make_url keeps a raw NUL, and libpq would cut the string there.
+        raise InvalidDatabaseUrl("not a database URL: it contains a NUL character")
     try:
-        return make_url(url)
+        parsed = make_url(url)
     except sqlalchemy.exc.ArgumentError as exc:
         raise InvalidDatabaseUrl(f"not a database URL: {exc}") from None
+    except ValueError:
+        # make_url's own int() of the port: a non-numeric port, or an unclosed IPv6 bracket
+        # whose text after the last ':' is taken for one.
+        raise InvalidDatabaseUrl(
+            "not a database URL: the port is not a number, or an IPv6 host misses its ']'"
+        ) from None
+    _check_parts(parsed)
+    return parsed
+
+
+def _check_parts(parsed: URL) -> None:
+    for what, value in (
+        ("user name", parsed.username),
+        ("password", parsed.password),
+        ("host", parsed.host),
+        ("database name", parsed.database),
+    ):
+        if isinstance(value, str) and "\x00" in value:
+            raise InvalidDatabaseUrl(f"not a database URL: the {what} contains a NUL character")
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        raise InvalidDatabaseUrl(
+            f"not a database URL: port {parsed.port} is out of range (1-65535)"
+        )
+    if parsed.host is not None and parsed.host.startswith("[") != parsed.host.endswith("]"):
+        raise InvalidDatabaseUrl(f"not a database URL: host {_shown(parsed.host)} is malformed")
+
+
+def _check_postgres_parts(parsed: URL) -> None:
+    if not parsed.database:
+        raise InvalidDatabaseUrl(
+            "the URL names no database; add it after the host, e.g. "
+            "postgresql://user@host:5432/airflow"
+        )
+    for key, raw in parsed.query.items():
+        values = raw if isinstance(raw, tuple) else (raw,)
+        if key not in _QUERY_OPTIONS:
+            raise InvalidDatabaseUrl(
+                f"unknown connection option {_shown(key)} in the URL (known: "
+                f"{', '.join(sorted(_QUERY_OPTIONS))})"
+            )
+        allowed = _QUERY_OPTIONS[key]
+        for value in values:
+            if "\x00" in value:
+                raise InvalidDatabaseUrl(f"connection option {key!r} contains a NUL character")
+            if allowed is not None and value not in allowed:
+                raise InvalidDatabaseUrl(
+                    f"connection option {key}={_shown(value)} is not one of "
+                    f"{', '.join(sorted(allowed))}"
+                )
+            if key in _INTEGER_OPTIONS and not (value.isascii() and value.isdigit()):
+                raise InvalidDatabaseUrl(
+                    f"connection option {key}={_shown(value)} is not a whole number"
+                )
 
 
 def normalize_url(url: str | URL) -> URL:
@@ -80,6 +215,7 @@ def normalize_url(url: str | URL) -> URL:
             f"the operator needs PostgreSQL, got a {backend!r} URL "
             f"({parsed.render_as_string(hide_password=True)})"
         )
+    _check_postgres_parts(parsed)
     return parsed.set(drivername=DRIVER)
 
 
@@ -139,6 +275,12 @@ def classify(exc: BaseException) -> DatabaseError | None:
                 f"{detail}: the database role lacks that privilege (docs/airflow.md lists what "
                 "the migration role and the operator's role need)"
             )
+        if isinstance(sqlstate, str) and (
+            sqlstate in _PERMANENT_SQLSTATES or sqlstate.startswith(_PERMANENT_SQLSTATE_CLASSES)
+        ):
+            return DatabaseRefused(f"the database refused ({sqlstate}): {detail}")
+        if sqlstate is None and _PERMANENT_CONNECT_FAILURE.search(detail):
+            return DatabaseRefused(f"the database refused the connection: {detail}")
         if exc.connection_invalidated or isinstance(
             exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError
         ):

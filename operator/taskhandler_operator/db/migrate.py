@@ -98,6 +98,8 @@ class CheckReport(BaseModel):
     # Every difference from the exact definition, by name (catalog): for the Airflow-named
     # tables, from Airflow's own model.
     definition_differences: dict[str, list[str]] = {}
+    # Airflow's own tables the binding tables need (``db upgrade`` refuses without them).
+    missing_airflow_tables: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -106,6 +108,7 @@ class CheckReport(BaseModel):
             and not self.missing_tables
             and not self.differences
             and not self.definition_differences
+            and not self.missing_airflow_tables
         )
 
 
@@ -281,6 +284,9 @@ def check(url: str | URL) -> CheckReport:
             inspector = inspect(conn)
             ours = sorted(metadata.tables)
             missing = tuple(name for name in ours if not inspector.has_table(name))
+            missing_airflow = tuple(
+                name for name in REQUIRED_AIRFLOW_TABLES if not inspector.has_table(name)
+            )
             return CheckReport(
                 database=database,
                 current=current_revision(conn),
@@ -288,6 +294,7 @@ def check(url: str | URL) -> CheckReport:
                 missing_tables=missing,
                 differences=check_tables(conn, ours),
                 definition_differences=definition_differences(conn, ours),
+                missing_airflow_tables=missing_airflow,
             )
     finally:
         engine.dispose()

@@ -84,6 +84,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="extra JVM option, before the main class (repeatable)",
     )
     parser.add_argument(
+        "--dag-id",
+        action="append",
+        dest="dag_ids",
+        metavar="DAG_ID",
+        help="name a Dag in the request's dag_ids (repeatable); runtimes of the current "
+        "protocol ignore it, older Go/Java SDK runtimes answer only the Dags named "
+        "(see docs/protocol.md)",
+    )
+    parser.add_argument(
         "--termination-log",
         metavar="PATH",
         default=os.environ.get(TERMINATION_LOG_ENV, DEFAULT_TERMINATION_LOG),
@@ -123,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
             java=args.java,
             node=args.node,
             jvm_args=tuple(args.jvm_args),
+            dag_ids=tuple(args.dag_ids) if args.dag_ids is not None else None,
         )
     except ValidationError as exc:
         log.error("invalid probe options", errors=exc.errors(include_url=False))

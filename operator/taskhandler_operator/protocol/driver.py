@@ -12,8 +12,12 @@ Steps (reference ``airflow-langsdk.md`` §5 and §6.3, Design B), every wait bou
    with an ``ErrorResponse`` (a probe has no Airflow client); relay the logs channel, stdout and
    stderr into the driver's log, bounded;
 5. take exactly one ``TaskHandlerParsingResult`` and acknowledge it (``answer_timeout``);
-6. give the runtime ``exit_grace`` to exit, then kill its process group and any descendant that
-   escaped it. A second result, a non-zero exit, or a process left running fails the probe.
+6. end our side of both channels, and close each one as soon as the runtime ends its side
+   (Airflow's SDK runtimes wait for that before they exit);
+7. give the runtime ``exit_grace`` to exit, then kill its process group and every descendant
+   (the driver adopts orphans as a child subreaper). A second result, a non-zero exit, a
+   process left running or one that cannot be killed fails the probe; overstaying the grace
+   after a valid answer, and an empty answer, are warnings on an ok summary.
 """
 
 from __future__ import annotations
@@ -27,16 +31,14 @@ from taskhandler_operator.artifacts.verify import verify_artifact
 from taskhandler_operator.protocol.eventlog import EventLog
 from taskhandler_operator.protocol.launch import ProbeConfig, build_command, runtime_environment
 from taskhandler_operator.protocol.messages import TaskHandlerParsingResult
-from taskhandler_operator.protocol.schema_versions import (
-    UnknownSchemaVersion,
-    check_known_schema_version,
-)
 from taskhandler_operator.protocol.session import ProbeFailure, ProbeSession, ms_since
 from taskhandler_operator.protocol.summary import (
     RESULT_MARKER,
     LogStats,
     ProbeErrorKind,
     ProbeSummary,
+    ProbeWarningKind,
+    SummaryWarning,
     Timings,
     result_line,
     sha256_text,
@@ -61,12 +63,11 @@ class ProbeOutcome:
 
 
 def _verify(config: ProbeConfig) -> VerifiedArtifact:
-    verified = verify_artifact(config.artifact, config.language, config.bundle_root)
-    try:
-        check_known_schema_version(str(config.artifact), verified.schema_version)
-    except UnknownSchemaVersion as exc:
-        raise ArtifactVerificationError(str(exc)) from None
-    return verified
+    # The probe's --timeout bounds verification too (a hostile artifact must not keep a
+    # probe pod busy hashing or parsing for longer than it may take to answer).
+    return verify_artifact(
+        config.artifact, config.language, config.bundle_root, timeout=config.answer_timeout
+    )
 
 
 async def run_probe(config: ProbeConfig, log: EventLog) -> ProbeOutcome:
@@ -96,6 +97,13 @@ async def run_probe(config: ProbeConfig, log: EventLog) -> ProbeOutcome:
     except ProbeFailure as failure:
         return _failed(config, verified, failure.kind, failure.message, timings, started, session)
     line = result_line(result)
+    warnings = [
+        SummaryWarning(kind=ProbeWarningKind(w.kind), message=w.message) for w in session.warnings
+    ]
+    if not result.task_handlers:
+        warnings.insert(0, _empty_answer_warning(config))
+    for warning in warnings:
+        log.warning("probe warning", kind=warning.kind.value, message=warning.message)
     summary = ProbeSummary(
         status="ok",
         artifact=str(config.artifact),
@@ -107,10 +115,33 @@ async def run_probe(config: ProbeConfig, log: EventLog) -> ProbeOutcome:
         handler_count=result.handler_count,
         runtime_exit_code=session.exit_code,
         runtime_pids=session.pids,
+        dag_ids_requested=len(config.dag_ids) if config.dag_ids is not None else None,
+        warnings=warnings,
         logs=session.log_stats(),
         timings=Timings(total_ms=ms_since(started), **timings),
     )
     return ProbeOutcome(summary, result, line)
+
+
+def empty_answer_message(dag_ids: tuple[str, ...] | None) -> str:
+    if dag_ids is None:
+        return (
+            "The runtime registered no task handler. If this artifact implements stub tasks, "
+            "the likely cause is an older Go or Java SDK runtime that answers only the Dags "
+            "named in the request's dag_ids, and this request named none: probe it with "
+            "--dag-id for each Dag whose stubs it serves"
+        )
+    return (
+        f"The runtime registered no task handler for any of the {len(dag_ids)} Dag(s) the "
+        "request named in dag_ids: the artifact implements none of their stub tasks, or its "
+        "runtime registered no handler at all"
+    )
+
+
+def _empty_answer_warning(config: ProbeConfig) -> SummaryWarning:
+    return SummaryWarning(
+        kind=ProbeWarningKind.EMPTY_ANSWER, message=empty_answer_message(config.dag_ids)
+    )
 
 
 def _failed(

@@ -9,11 +9,20 @@ session (``setsid``); once its parent exits it is re-parented away and no longer
 descendant. :class:`ProcessTracker` therefore remembers every process it has seen in the tree
 (pid plus start time, so a reused pid is never mistaken for it) and, at the end, also sweeps the
 system for members of the runtime's session or group.
+
+That is not enough on its own: a grandchild that calls ``setsid`` and whose parent exits before
+the next snapshot leaves the session, the group and the tree at once. So the driver also makes
+itself a *child subreaper* (``prctl(PR_SET_CHILD_SUBREAPER)``, :class:`ChildSubreaper`): every
+orphan of the runtime's tree is then re-parented to the driver instead of to init, and
+:class:`ProcessTracker` counts as the runtime's every descendant of the driver that was not there
+before the runtime started. The driver reaps what it adopts. A process that survives SIGKILL
+(uninterruptible sleep, or another user's setuid program) is reported, never ignored.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import ipaddress
 import os
 import signal
@@ -26,7 +35,14 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["ProcessTracker", "canonical_host", "find_connection_owner"]
+__all__ = [
+    "ChildSubreaper",
+    "ProcessTracker",
+    "canonical_host",
+    "children",
+    "find_connection_owner",
+    "reap_orphans",
+]
 
 Address = tuple[str, int]
 
@@ -188,10 +204,71 @@ def find_connection_owner(root_pid: int, peer: Address, local: Address) -> int |
     return None
 
 
+# linux/prctl.h
+PR_SET_CHILD_SUBREAPER = 36
+PR_GET_CHILD_SUBREAPER = 37
+
+
+def _prctl(option: int, arg: object) -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(option, arg, 0, 0, 0)) == 0
+    except (OSError, AttributeError):  # not Linux, or no prctl in this libc
+        return False
+
+
+def get_child_subreaper() -> bool | None:
+    """Whether this process adopts orphaned descendants; None when the kernel cannot say."""
+    value = ctypes.c_int(0)
+    if not _prctl(PR_GET_CHILD_SUBREAPER, ctypes.pointer(value)):
+        return None
+    return bool(value.value)
+
+
+class ChildSubreaper:
+    """While active, orphans of this process's descendants are re-parented to it, not to init.
+
+    The flag belongs to the whole process; it is restored on exit only if it was off before,
+    so a process that already was a subreaper (or PID 1, which adopts everything anyway) stays
+    one.
+    """
+
+    def __init__(self) -> None:
+        self.active = False
+        self._restore = False
+
+    def __enter__(self) -> ChildSubreaper:
+        before = get_child_subreaper()
+        if before:
+            self.active = True
+        elif before is not None and _prctl(PR_SET_CHILD_SUBREAPER, 1):
+            self.active = self._restore = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._restore:
+            _prctl(PR_SET_CHILD_SUBREAPER, 0)
+        self.active = self._restore = False
+
+
 @dataclass(frozen=True, slots=True)
 class _Seen:
     pid: int
     create_time: float
+
+
+def _identity(process: psutil.Process) -> _Seen | None:
+    try:
+        return _Seen(process.pid, process.create_time())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return None
+
+
+def children(pid: int, *, recursive: bool = False) -> list[psutil.Process]:
+    try:
+        return list(psutil.Process(pid).children(recursive=recursive))
+    except psutil.NoSuchProcess:
+        return []
 
 
 def _alive(process: psutil.Process) -> bool:
@@ -204,28 +281,61 @@ def _alive(process: psutil.Process) -> bool:
 
 
 class ProcessTracker:
-    """Remembers the processes of one runtime so that none outlives the probe."""
+    """Remembers the processes of one runtime so that none outlives the probe.
 
-    def __init__(self, root_pid: int) -> None:
+    ``adopter`` is the pid that spawned the runtime (the driver) and ``baseline`` the
+    identities of the adopter's children from before the runtime started: with the adopter a
+    child subreaper, any *other* child of it (and everything under that child) is the
+    runtime's or was re-parented from the runtime's tree. Processes under a baseline child
+    are not (a database server the tests started forks backends at any time). Without an
+    adopter only the tree, the session and the group are searched.
+    """
+
+    def __init__(
+        self,
+        root_pid: int,
+        *,
+        adopter: int | None = None,
+        baseline: frozenset[tuple[int, float]] = frozenset(),
+    ) -> None:
         self.root_pid = root_pid
+        self.adopter = adopter
+        self.baseline = baseline
         self._seen: dict[int, _Seen] = {}
         self.snapshot()
+
+    @staticmethod
+    def baseline_of(adopter: int) -> frozenset[tuple[int, float]]:
+        """Identities of ``adopter``'s children now (call it before spawning the runtime)."""
+        found = (_identity(p) for p in children(adopter))
+        return frozenset((seen.pid, seen.create_time) for seen in found if seen is not None)
 
     @property
     def seen_pids(self) -> list[int]:
         return sorted(self._seen)
 
+    def _adopted(self) -> list[psutil.Process]:
+        if self.adopter is None:
+            return []
+        adopted = []
+        for child in children(self.adopter):
+            seen = _identity(child)
+            if seen is not None and (seen.pid, seen.create_time) not in self.baseline:
+                adopted += [child, *children(child.pid, recursive=True)]
+        return adopted
+
     def snapshot(self) -> None:
-        """Record the root and its current descendants."""
+        """Record the root, its current descendants, and anything the adopter adopted."""
         try:
             root = psutil.Process(self.root_pid)
             processes = [root, *root.children(recursive=True)]
         except psutil.NoSuchProcess:
-            return
-        for process in processes:
-            with contextlib.suppress(psutil.NoSuchProcess, psutil.ZombieProcess):
-                if process.pid not in self._seen:
-                    self._seen[process.pid] = _Seen(process.pid, process.create_time())
+            processes = []
+        for process in (*processes, *self._adopted()):
+            if process.pid not in self._seen:
+                seen = _identity(process)
+                if seen is not None:
+                    self._seen[process.pid] = seen
 
     def _tracked(self) -> Iterator[psutil.Process]:
         for seen in self._seen.values():
@@ -258,28 +368,50 @@ class ProcessTracker:
         """Pids of the runtime's processes still running (zombies do not count)."""
         return sorted(p.pid for p in self._members() if include_root or p.pid != self.root_pid)
 
-    def kill_all(self, timeout: float = 2.0) -> list[int]:
-        """SIGKILL the runtime's group and every tracked or same-session process; wait for them.
+    def kill_all(self, timeout: float = 2.0) -> KillReport:
+        """SIGKILL the runtime's group and every process of its tree, session or adoption.
 
-        The root itself is signalled but not waited for here: it is the caller's child, and
-        reaping it belongs to whoever spawned it. Returns the pids that were signalled.
+        Members are looked up again after each round, so a process forked while the others
+        were being killed is found and killed too. Adopted processes are reaped. The root
+        itself is signalled but not waited for here: it is the caller's child, and reaping it
+        belongs to whoever spawned it. ``unkillable`` lists what still ran at the deadline.
         """
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.root_pid, signal.SIGKILL)
-        members = self._members()
-        _signal_all(members)
-        pending = [p for p in members if p.pid != self.root_pid]
+        signalled: set[int] = set()
         deadline = time.monotonic() + timeout
-        resent = False
-        while pending:
-            pending = [p for p in pending if _alive(p)]
+        while True:
+            self._reap_adopted()
+            pending = self._members()
             if not pending or time.monotonic() >= deadline:
                 break
-            if not resent and time.monotonic() >= deadline - timeout / 2:
-                _signal_all(pending)  # one more try for anything that survived the first
-                resent = True
+            _signal_all(pending)
+            signalled.update(p.pid for p in pending)
             time.sleep(0.01)
-        return sorted(p.pid for p in members)
+        unkillable = sorted(p.pid for p in pending)
+        return KillReport(signalled=sorted(signalled), unkillable=unkillable)
+
+    def _reap_adopted(self) -> None:
+        """``waitpid`` every adopted child of ours that has exited (never the root)."""
+        if self.adopter != os.getpid():
+            return
+        for seen in list(self._seen.values()):
+            if seen.pid == self.root_pid:
+                continue  # asyncio's child watcher waits for the root
+            try:
+                process = psutil.Process(seen.pid)
+                # Only the process we saw (a reused pid may be someone else's child).
+                if process.create_time() != seen.create_time or process.ppid() != self.adopter:
+                    continue
+                os.waitpid(seen.pid, os.WNOHANG)
+            except (psutil.Error, ChildProcessError, OSError):
+                continue
+
+
+@dataclass(frozen=True, slots=True)
+class KillReport:
+    signalled: list[int]
+    unkillable: list[int]
 
 
 def _signal_all(processes: Iterable[psutil.Process]) -> None:

@@ -14,6 +14,7 @@ import os
 import shutil
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from taskhandler_operator.artifacts.models import Language, VerifiedArtifact
 from taskhandler_operator.protocol.eventlog import EventLog
@@ -26,7 +27,12 @@ from taskhandler_operator.protocol.frames import (
     encode_response,
     read_frame,
 )
-from taskhandler_operator.protocol.launch import ProbeConfig, build_command, runtime_environment
+from taskhandler_operator.protocol.launch import (
+    ProbeConfig,
+    UnsafeCommand,
+    build_command,
+    runtime_environment,
+)
 from taskhandler_operator.protocol.messages import (
     ErrorResponse,
     InvalidMessage,
@@ -36,6 +42,7 @@ from taskhandler_operator.protocol.messages import (
     parse_runtime_message,
 )
 from taskhandler_operator.protocol.process_tree import (
+    ChildSubreaper,
     ProcessTracker,
     find_connection_owner,
     reap_orphans,
@@ -43,7 +50,7 @@ from taskhandler_operator.protocol.process_tree import (
 from taskhandler_operator.protocol.relay import RelayBudget, relay_stream
 from taskhandler_operator.protocol.summary import LogStats, ProbeErrorKind
 
-__all__ = ["ProbeFailure", "ProbeSession", "ms_since"]
+__all__ = ["ProbeFailure", "ProbeSession", "ProbeWarning", "ms_since"]
 
 LOOPBACK = "127.0.0.1"
 # How long an accepted connection may take to show up in the runtime's process tree
@@ -63,6 +70,14 @@ REAP_TIMEOUT = 5.0
 
 NO_CLIENT_DETAIL = "a task handler probe has no Airflow client; {kind} cannot be answered"
 DUPLICATE_RESULT_DETAIL = "A parse result was already received"
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeWarning:
+    """Something wrong that does not cost the answer (see docs/protocol.md, "Decisions")."""
+
+    kind: str
+    message: str
 
 
 class ProbeFailure(Exception):
@@ -132,6 +147,12 @@ class ProbeSession:
         self.tracker: ProcessTracker | None = None
         self.result: TaskHandlerParsingResult | None = None
         self.result_received = asyncio.Event()
+        self.warnings: list[ProbeWarning] = []
+        self._subreaper = ChildSubreaper()
+        self._baseline: frozenset[tuple[int, float]] = frozenset()
+        self._comm_writer: asyncio.StreamWriter | None = None
+        self._logs_writer: asyncio.StreamWriter | None = None
+        self._ended: set[asyncio.StreamWriter] = set()
         self._requested_at = 0.0
         self._writers: list[asyncio.StreamWriter] = []
         self._tasks: list[asyncio.Task[object]] = []
@@ -162,7 +183,7 @@ class ProbeSession:
 
     async def run(self) -> TaskHandlerParsingResult:
         try:
-            return await self._run()
+            result = await self._run()
         except ProbeFailure:
             raise
         except Exception as exc:  # a driver bug must still end in a summary and a cleanup
@@ -171,8 +192,16 @@ class ProbeSession:
             ) from exc
         finally:
             cleanup_started = time.monotonic()
-            await self._cleanup()
+            unkillable = await self._cleanup()
             self.timings["cleanup_ms"] = ms_since(cleanup_started)
+        if unkillable:
+            # The answer may be fine, but the pod would go on running code nobody can stop.
+            raise ProbeFailure(
+                ProbeErrorKind.PROCESSES_LEFT,
+                f"{len(unkillable)} process(es) of the runtime could not be killed "
+                f"(pids {_pid_list(unkillable)})",
+            )
+        return result
 
     async def _run(self) -> TaskHandlerParsingResult:
         comm, logs = self._listeners
@@ -180,11 +209,13 @@ class ProbeSession:
         await logs.start()
         await self._spawn(comm.address, logs.address)
         comm_reader, comm_writer = await self._connect()
-        self.log.info("sending parse request")
+        dag_ids = list(self.config.dag_ids) if self.config.dag_ids is not None else None
+        self.log.info("sending parse request", dag_ids=dag_ids)
         request = TaskHandlerParseRequest(
             file=str(self.config.artifact.absolute()),
             bundle_path=str(self.config.effective_bundle_root),
             bundle_name=self.config.effective_bundle_name,
+            dag_ids=dag_ids,
         )
         requested = self._requested_at = time.monotonic()
         await self._send(comm_writer, ResponseFrame(0, request.to_body()))
@@ -198,17 +229,24 @@ class ProbeSession:
         return self.result
 
     async def _spawn(self, comm_address: str, logs_address: str) -> None:
-        argv = build_command(
-            self.verified,
-            java=self._executable(self.config.java, Language.JAVA),
-            node=self._executable(self.config.node, Language.TYPESCRIPT),
-            jvm_args=self.config.jvm_args,
-        )
+        try:
+            argv = build_command(
+                self.verified,
+                java=self._executable(self.config.java, Language.JAVA),
+                node=self._executable(self.config.node, Language.TYPESCRIPT),
+                jvm_args=self.config.jvm_args,
+            )
+        except UnsafeCommand as exc:
+            raise ProbeFailure(ProbeErrorKind.ARTIFACT_REFUSED, str(exc)) from None
         argv += [f"--comm={comm_address}", f"--logs={logs_address}"]
         # stdout/stderr are our own pipes, not asyncio's: asyncio's Process.wait() only returns
         # once its pipes close, and a descendant that inherited them would hide the exit.
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
+        # Adopt every orphan of the runtime's tree from now on, so that a grandchild which
+        # double-forks out of the session is still ours to find and kill.
+        self._subreaper.__enter__()
+        self._baseline = await asyncio.to_thread(ProcessTracker.baseline_of, os.getpid())
         spawning = time.monotonic()
         try:
             self.process = await asyncio.create_subprocess_exec(
@@ -235,8 +273,13 @@ class ProbeSession:
             self._relays.append(
                 asyncio.create_task(relay_stream(reader, source, self.log, self.budget))
             )
-        self.tracker = await asyncio.to_thread(ProcessTracker, self.process.pid)
+        self.tracker = await asyncio.to_thread(self._new_tracker, self.process.pid)
         self.log.info("runtime started", pid=self.process.pid, argv=argv)
+
+    def _new_tracker(self, pid: int) -> ProcessTracker:
+        if not self._subreaper.active:
+            return ProcessTracker(pid)
+        return ProcessTracker(pid, adopter=os.getpid(), baseline=self._baseline)
 
     async def _pipe_reader(self, fd: int) -> asyncio.StreamReader:
         loop = asyncio.get_running_loop()
@@ -297,11 +340,25 @@ class ProbeSession:
             listener.stop_listening()
         self.timings["connect_ms"] = ms_since(started)
         comm_reader, comm_writer = accepts["comm"].result()
-        logs_reader, _ = accepts["logs"].result()
-        self._relays.append(
-            asyncio.create_task(relay_stream(logs_reader, "logs", self.log, self.budget))
-        )
+        logs_reader, logs_writer = accepts["logs"].result()
+        self._comm_writer, self._logs_writer = comm_writer, logs_writer
+        self._relays.append(asyncio.create_task(self._relay_logs(logs_reader, logs_writer)))
         return comm_reader, comm_writer
+
+    async def _relay_logs(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await relay_stream(reader, "logs", self.log, self.budget)
+        # The runtime ended its logs channel: close ours, or a runtime that waits for its
+        # supervisor to close (as Airflow's SDK runtimes do) would never exit.
+        writer.close()
+
+    def _end(self, writer: asyncio.StreamWriter | None) -> None:
+        """End our side of a channel (the runtime reads end of stream); reading goes on."""
+        if writer is None or writer in self._ended or writer.is_closing():
+            return
+        self._ended.add(writer)
+        with contextlib.suppress(OSError, RuntimeError):
+            if writer.can_write_eof():
+                writer.write_eof()
 
     async def _accept_owned(
         self, listener: _Listener
@@ -333,6 +390,10 @@ class ProbeSession:
             await asyncio.sleep(OWNERSHIP_POLL)
 
     async def _send(self, writer: asyncio.StreamWriter, frame: ResponseFrame) -> None:
+        if writer in self._ended or writer.is_closing():
+            # Our side is already ended (after the acknowledgement): nothing more can be said.
+            self.log.debug("not answering on an ended comm channel", request_id=frame.id)
+            return
         writer.write(encode_response(frame))
         try:
             await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
@@ -363,8 +424,10 @@ class ProbeSession:
                     f"The runtime's comm channel ended inside a frame: {exc}",
                 ) from exc
             except ConnectionError:
-                return
+                payload = None
             if payload is None:
+                # The runtime ended the channel: close ours at once (see _relay_logs).
+                writer.close()
                 return
             await self._handle(payload, writer)
 
@@ -410,6 +473,10 @@ class ProbeSession:
         assert self.tracker is not None
         await asyncio.to_thread(self.tracker.snapshot)
         await self._send(writer, ResponseFrame(frame.id))
+        # The exchange is over: end our side of both channels, so that a runtime waiting for
+        # its supervisor to hang up can exit now. We keep reading until it ends its side.
+        self._end(writer)
+        self._end(self._logs_writer)
         self.result_received.set()
 
     async def _await_result(self, requested: float) -> None:
@@ -456,11 +523,17 @@ class ProbeSession:
         grace = self.config.exit_grace
         exited = await self._until_any([self._exit_task], time.monotonic() + grace)
         if not exited:
-            raise ProbeFailure(
-                ProbeErrorKind.EXIT_TIMEOUT,
-                f"The runtime did not exit within {grace:g}s after its parse result was "
-                "acknowledged",
+            # The answer is complete, valid and acknowledged; the runtime only failed to leave.
+            # Keep the answer, say so, and let the cleanup kill the whole tree.
+            self.warnings.append(
+                ProbeWarning(
+                    ProbeErrorKind.EXIT_TIMEOUT.value,
+                    f"The runtime did not exit within {grace:g}s after its parse result was "
+                    "acknowledged; it was killed",
+                )
             )
+            self.log.warning("runtime overstayed its exit grace", exit_grace_s=grace)
+            return
         # Let the channel reach end of stream, so a frame sent just before exit is handled.
         await self._until_any([self._comm_task], time.monotonic() + COMM_DRAIN)
         code = self._exit_task.result()
@@ -472,10 +545,10 @@ class ProbeSession:
         assert self.tracker is not None
         left = await asyncio.to_thread(self.tracker.survivors)
         if left:
-            shown = ", ".join(str(pid) for pid in left[:8])
             raise ProbeFailure(
                 ProbeErrorKind.PROCESSES_LEFT,
-                f"The runtime exited but left {len(left)} process(es) running (pids {shown})",
+                f"The runtime exited but left {len(left)} process(es) running "
+                f"(pids {_pid_list(left)})",
             )
 
     async def _until_any(self, targets: Sequence[asyncio.Task[object]], deadline: float) -> bool:
@@ -511,7 +584,8 @@ class ProbeSession:
             await asyncio.sleep(SNAPSHOT_INTERVAL)
             await asyncio.to_thread(self.tracker.snapshot)
 
-    async def _cleanup(self) -> None:
+    async def _cleanup(self) -> list[int]:
+        """Kill and reap everything; returns the pids that could not be killed."""
         for listener in self._listeners:
             listener.stop_listening()
         tasks: list[asyncio.Task[object]] = [*self._tasks]
@@ -520,12 +594,16 @@ class ProbeSession:
         for task in tasks:
             task.cancel()
         if self.tracker is None and self.process is not None:
-            self.tracker = await asyncio.to_thread(ProcessTracker, self.process.pid)
+            self.tracker = await asyncio.to_thread(self._new_tracker, self.process.pid)
+        unkillable: list[int] = []
         if self.tracker is not None:
-            killed = await asyncio.to_thread(self.tracker.kill_all)
-            survivors = [pid for pid in killed if pid != self.tracker.root_pid]
+            report = await asyncio.to_thread(self.tracker.kill_all)
+            survivors = [pid for pid in report.signalled if pid != self.tracker.root_pid]
             if survivors:
                 self.log.warning("killed leftover runtime processes", pids=survivors)
+            unkillable = report.unkillable
+            if unkillable:
+                self.log.error("runtime processes survived SIGKILL", pids=unkillable)
         if self.process is not None and self._exit_task is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self._exit_task), REAP_TIMEOUT)
@@ -540,8 +618,14 @@ class ProbeSession:
         await asyncio.gather(*tasks, *self._relays, return_exceptions=True)
         for transport in self._pipes:
             transport.close()
+        self._subreaper.__exit__()
         if os.getpid() == 1:
             reap_orphans()
+        return unkillable
+
+
+def _pid_list(pids: Sequence[int]) -> str:
+    return ", ".join(str(pid) for pid in pids[:8])
 
 
 def _error(detail: dict[str, str]) -> dict[str, object]:

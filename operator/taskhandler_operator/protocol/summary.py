@@ -19,12 +19,14 @@ from collections.abc import Iterable
 from enum import IntEnum, StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from taskhandler_operator.limits import (
     MAX_SUMMARY_ARTIFACT_BYTES,
     MAX_SUMMARY_ERROR_BYTES,
     MAX_SUMMARY_PIDS,
+    MAX_SUMMARY_WARNING_BYTES,
+    MAX_SUMMARY_WARNINGS,
 )
 from taskhandler_operator.protocol.messages import TaskHandlerParsingResult
 
@@ -34,7 +36,9 @@ __all__ = [
     "LogStats",
     "ProbeErrorKind",
     "ProbeSummary",
+    "ProbeWarningKind",
     "ResultRejected",
+    "SummaryWarning",
     "Timings",
     "accept_result",
     "find_result_line",
@@ -78,6 +82,13 @@ class ProbeErrorKind(StrEnum):
         return ExitCode.PROBE_FAILED
 
 
+class ProbeWarningKind(StrEnum):
+    """Something wrong that does not cost a valid, acknowledged answer (docs/protocol.md)."""
+
+    EXIT_TIMEOUT = "exit_timeout"  # did not exit within the grace; killed, answer kept
+    EMPTY_ANSWER = "empty_answer"  # registered no task handler at all
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -103,6 +114,16 @@ class LogStats(_Model):
     truncated_lines: int = 0
 
 
+class SummaryWarning(_Model):
+    kind: ProbeWarningKind
+    message: str
+
+    @field_validator("message")
+    @classmethod
+    def _short_message(cls, value: str) -> str:
+        return _shorten(value, MAX_SUMMARY_WARNING_BYTES)
+
+
 class ProbeSummary(_Model):
     """The termination message of a probe; kept under ``limits.MAX_SUMMARY_BYTES``."""
 
@@ -119,6 +140,9 @@ class ProbeSummary(_Model):
     handler_count: int | None = None
     runtime_exit_code: int | None = None
     runtime_pids: list[int] = Field(default_factory=list)
+    # How many Dags the request named in ``dag_ids``; None when it named none (docs/protocol.md).
+    dag_ids_requested: int | None = None
+    warnings: list[SummaryWarning] = Field(default_factory=list)
     logs: LogStats = Field(default_factory=LogStats)
     timings: Timings = Field(default_factory=Timings)
 
@@ -137,6 +161,18 @@ class ProbeSummary(_Model):
     @classmethod
     def _few_pids(cls, value: list[int]) -> list[int]:
         return value[:MAX_SUMMARY_PIDS]
+
+    @field_validator("warnings")
+    @classmethod
+    def _few_warnings(cls, value: list[SummaryWarning]) -> list[SummaryWarning]:
+        return value[:MAX_SUMMARY_WARNINGS]
+
+    @model_validator(mode="after")
+    def _warnings_only_when_ok(self) -> ProbeSummary:
+        # A failed probe's error text already takes the size budget warnings would use.
+        if self.status != "ok" and self.warnings:
+            raise ValueError("only an ok summary carries warnings")
+        return self
 
     @property
     def ok(self) -> bool:

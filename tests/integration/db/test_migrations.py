@@ -211,6 +211,37 @@ def test_database_without_airflow_schema_is_refused(pg_server: PostgresServer) -
         pg_server.drop_database(name)
 
 
+def test_check_of_a_database_without_airflow_schema_names_it(
+    pg_server: PostgresServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `db upgrade` refuses such a database, so `db check` must not advise it.
+    name = f"thop_empty_{uuid.uuid4().hex[:8]}"
+    pg_server.create_database(name)
+    try:
+        assert main(["db", "check", "--url", pg_server.url(name)]) == 1
+        out, err = capsys.readouterr()
+        assert "missing Airflow table 'dag'" in out
+        assert err == (
+            "Airflow's metadata schema is missing; run `airflow db migrate` against this "
+            "database first, then `taskhandler-operator db upgrade`\n"
+        )
+    finally:
+        pg_server.drop_database(name)
+
+
+@pytest.mark.parametrize("command", ["upgrade", "check"])
+def test_a_database_that_does_not_exist_is_permanent(
+    pg_server: PostgresServer, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Retrying cannot create it: exit 1, not 75.
+    url = pg_server.url(f"thop_absent_{uuid.uuid4().hex[:8]}")
+    assert main(["db", command, "--url", url]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: the database refused the connection: connection failed: ")
+    assert "does not exist" in err
+    assert err.count("\n") == 1
+
+
 VARIANT_ARTIFACT = """
 CREATE TABLE lang_sdk_task_handler_artifact (
     id UUID NOT NULL PRIMARY KEY,

@@ -340,7 +340,7 @@ _GOOD_SDK = "sdk: {supervisor_schema_version: '2026-10-30'}\n"
         ),
         (
             "sources: [{path: a, offset: 0, length: 9}]\n",
-            "etl: metadata sources[0] (a) ends at 9, past the 0-byte source region",
+            "etl: metadata sources[0] ('a') ends at 9, past the 0-byte source region",
         ),
         (
             "sources: [{path: a, offset: 0, length: 0, sha256: XYZ}]\n",
@@ -365,12 +365,13 @@ _GOOD_SDK = "sdk: {supervisor_schema_version: '2026-10-30'}\n"
         (
             f"sources: [{{path: a, offset: 0, length: 0, sha256: {EMPTY_SHA}}}]\n"
             "entrypoint_path: [a]\n",
-            "etl: metadata entrypoint_path ['a'] is not one of the listed sources",
+            "etl: metadata entrypoint_path a list of 1 item(s) is not one of the listed sources",
         ),
         (
             f"sources: [{{path: a, offset: 0, length: 0, sha256: {EMPTY_SHA}}}]\n"
             "dag_source_paths: {d1: {x: 1}}\n",
-            "etl: metadata dag_source_paths['d1'] {'x': 1} is not one of the listed sources",
+            "etl: metadata dag_source_paths['d1'] a mapping of 1 key(s) is not one of the "
+            "listed sources",
         ),
     ],
 )
@@ -437,3 +438,87 @@ def test_a_file_changing_during_verification_fails(
     with pytest.raises(ArtifactVerificationError) as info:
         verify_artifact(path, language, bundle_root=tmp_path)
     assert str(info.value) == f"{path.name}: file changed while it was being verified"
+
+
+# -- found by mutation testing (docs/mutation-testing.md) -----------------------------------
+
+
+def test_unsupported_footer_version_message_in_full(tmp_path: Path) -> None:
+    path = write_go_bundle(tmp_path / "etl", BINARY, footer_version=2)
+    candidate = read_with(go.read_candidate, path)
+    assert candidate is not None
+    assert candidate.error == (
+        "Unsupported bundle footer_ver=2 in etl: this operator reads footer_ver=1 only. Repack "
+        "the artifact with an airflow-go-pack matching the Go SDK this operator supports."
+    )
+
+
+@pytest.mark.parametrize(
+    ("metadata", "expected"),
+    [
+        (
+            b"a: [",
+            "etl: metadata region is not valid YAML (while parsing a flow node)",
+        ),
+        (
+            b"a: " + b"[" * 2000 + b"]" * 2000,
+            "etl: metadata region is not valid YAML (while increasing flow level)",
+        ),
+        (
+            b"sdk: {supervisor_schema_version: '2026-10-30'}\ndag_source_paths: [a]\nsources: []\n",
+            "etl: metadata dag_source_paths is not a mapping",
+        ),
+    ],
+)
+def test_metadata_errors_in_full(tmp_path: Path, metadata: bytes, expected: str) -> None:
+    assert _verify_error(_bundle_with_metadata(tmp_path, metadata)) == expected
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        b"sdk: {supervisor_schema_version: '2026-10-30'}\nx: &anchor 1\n",  # anchor alone
+        b"sdk: {supervisor_schema_version: '2026-10-30'}\nx: *alias\n",  # alias alone
+        b"sdk: &s {supervisor_schema_version: '2026-10-30'}\ny: *s\n",
+    ],
+)
+def test_any_anchor_or_alias_is_refused(tmp_path: Path, metadata: bytes) -> None:
+    assert _verify_error(_bundle_with_metadata(tmp_path, metadata)) == (
+        "etl: metadata region uses YAML anchors or aliases, which Airflow metadata never "
+        "needs (refused: an alias chain can expand without bound)"
+    )
+
+
+def test_ampersands_and_asterisks_in_values_are_fine(tmp_path: Path) -> None:
+    metadata = (
+        b"sdk: {supervisor_schema_version: '2026-10-30', version: 'v1 & *2*'}\nnote: 'a * b & c'\n"
+    )
+    verified = verify_artifact(_bundle_with_metadata(tmp_path, metadata), Language.GO)
+    assert verified.schema_version == "2026-10-30"
+
+
+def _metadata_of_exactly(size: int) -> bytes:
+    head = b"sdk: {supervisor_schema_version: '2026-10-30'}\ndigests: {cache: c1}\n# "
+    return head + b"p" * (size - len(head) - 1) + b"\n"
+
+
+def test_metadata_of_exactly_the_limit_is_read_and_verified(tmp_path: Path) -> None:
+    metadata = _metadata_of_exactly(GO_MAX_METADATA_BYTES)
+    assert len(metadata) == GO_MAX_METADATA_BYTES
+    path = _bundle_with_metadata(tmp_path, metadata)
+    candidate = read_with(go.read_candidate, path)
+    assert candidate is not None and candidate.cache_digest == "c1"
+    assert verify_artifact(path, Language.GO).cache_digest == "c1"
+
+
+def test_listing_reads_the_digest_of_metadata_that_starts_the_file(tmp_path: Path) -> None:
+    # No binary at all: verification refuses it, but the listing still reads what it stores.
+    metadata = b"digests: {cache: c2}\n"
+    path = tmp_path / "etl"
+    path.write_bytes(
+        metadata + GO_TRAILER.pack(0, len(metadata), 1, bytes(32), bytes(12), b"AFBNDL01")
+    )
+    path.chmod(0o755)
+    candidate = read_with(go.read_candidate, path)
+    assert candidate is not None and candidate.cache_digest == "c2"
+    assert _verify_error(path) == "etl: binary region is empty"

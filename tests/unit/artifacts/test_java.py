@@ -11,7 +11,14 @@ import pytest
 from taskhandler_operator.artifacts import java
 from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile
 from taskhandler_operator.artifacts.verify import ArtifactVerificationError, verify_artifact
-from taskhandler_operator.devenv.packers import fold_manifest_line, render_manifest, write_jar
+from taskhandler_operator.devenv.packers import (
+    ZipEntry,
+    build_zip,
+    fold_manifest_line,
+    render_manifest,
+    write_jar,
+)
+from taskhandler_operator.limits import JAVA_MAX_MANIFEST_BYTES
 from tests.unit.artifacts.helpers import flip, read_with
 
 DIGEST = "0123456789abcdef" * 4
@@ -323,8 +330,8 @@ def test_same_main_class_in_another_jar_fails(tmp_path: Path) -> None:
         tmp_path / "copy" / "old-handlers.jar", manifest={"Main-Class": "org.example.Handlers"}
     )
     assert _verify_error(path) == (
-        "handlers.jar: copy/old-handlers.jar declares the same Main-Class org.example.Handlers; "
-        "the JVM would run whichever comes first on the classpath"
+        "handlers.jar: 'copy/old-handlers.jar' declares the same Main-Class "
+        "org.example.Handlers; the JVM would run whichever comes first on the classpath"
     )
 
 
@@ -464,3 +471,268 @@ def test_corrupt_deflate_reason(tmp_path: Path) -> None:
     data[start] = 0xFF  # BTYPE 11: a reserved block type
     path.write_bytes(bytes(data))
     assert _manifest_error(path).startswith("the manifest does not inflate (Error -3 ")
+
+
+def test_an_unreadable_dependency_gives_a_reason_never_an_exception(tmp_path: Path) -> None:
+    assert java._manifest_or_reason(tmp_path / "gone.jar") == (
+        None,
+        "cannot be read (No such file or directory)",
+    )
+    (tmp_path / "x.jar").write_bytes(b"not a zip")
+    assert java._manifest_or_reason(tmp_path / "x.jar") == (
+        None,
+        "too small to be a zip archive",
+    )
+
+
+# -- zip structure, field by field (found by mutation testing) -----------------------------
+
+MANIFEST = render_manifest(HANDLER)
+MF = b"META-INF/MANIFEST.MF"
+
+
+def _jar_bytes(tmp_path: Path, data: bytes, name: str = "x.jar") -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+def _listed(path: Path) -> Candidate | None:
+    return read_with(java.read_candidate, path)
+
+
+@pytest.mark.parametrize(
+    "archive",
+    [
+        pytest.param(build_zip([ZipEntry(MF, MANIFEST)]), id="plain"),
+        pytest.param(build_zip([ZipEntry(MF, MANIFEST, method=8)]), id="deflated"),
+        pytest.param(
+            build_zip([ZipEntry(MF, MANIFEST)], comment=b"a comment"), id="archive-comment"
+        ),
+        pytest.param(
+            # A comment that holds an end-record signature of its own: the real record is
+            # the one whose comment length reaches the end of the file.
+            build_zip([ZipEntry(MF, MANIFEST)], comment=b"PK\x05\x06" + b"\0" * 30),
+            id="comment-with-a-fake-end-record",
+        ),
+        pytest.param(
+            build_zip([ZipEntry(MF, MANIFEST)], comment=b"c" * 0xFFFF), id="longest-comment"
+        ),
+        pytest.param(
+            build_zip([ZipEntry(MF, MANIFEST)], prepend=b"#!/bin/sh\nexec java -jar $0\n"),
+            id="launcher-script-prepended",
+        ),
+        pytest.param(
+            build_zip(
+                [
+                    ZipEntry(
+                        f"d{i}/".encode(), comment=b"note", extra_before=b"\x55\x54\x01\x00\x00"
+                    )
+                    for i in range(3000)
+                ]
+                + [ZipEntry(MF, MANIFEST)]
+            ),
+            id="manifest-after-3000-entries-with-extras-and-comments",
+        ),
+        *[
+            pytest.param(
+                build_zip([ZipEntry(MF, MANIFEST)], zip64_eocd=fields),
+                id=f"zip64-end-{'+'.join(fields)}",
+            )
+            for fields in [("entries",), ("size",), ("offset",), ("entries", "size", "offset")]
+        ],
+        *[
+            pytest.param(
+                build_zip(
+                    [
+                        ZipEntry(b"a", b"x"),
+                        ZipEntry(MF, MANIFEST, zip64=fields, extra_before=before),
+                    ]
+                ),
+                id=f"zip64-entry-{'+'.join(fields)}{'-after-another-extra' if before else ''}",
+            )
+            for fields in [
+                ("offset",),
+                ("size", "csize"),
+                ("size", "csize", "offset"),
+                ("csize", "offset"),
+            ]
+            for before in (b"", b"\x55\x54\x05\x00\x01\x02\x03\x04\x05")
+        ],
+    ],
+)
+def test_handler_manifest_is_found_in_every_valid_zip_shape(archive: bytes, tmp_path: Path) -> None:
+    path = _jar_bytes(tmp_path, archive)
+    assert _listed(path) == Candidate("x.jar", len(archive), DIGEST)
+    with OpenFile.open(path) as f:
+        assert java.read_manifest_bytes(f) == MANIFEST
+
+
+def test_an_empty_zip_has_no_manifest(tmp_path: Path) -> None:
+    path = _jar_bytes(tmp_path, build_zip([]))
+    assert path.stat().st_size == 22
+    with OpenFile.open(path) as f, pytest.raises(java.ZipFormatError) as info:
+        java.read_manifest_bytes(f)
+    assert str(info.value) == "no META-INF/MANIFEST.MF entry"
+
+
+@pytest.mark.parametrize(
+    ("archive", "message"),
+    [
+        (
+            build_zip([ZipEntry(MF, MANIFEST)])[:-22] + b"PK\x05\x06" + bytes(18)[:-1],
+            "no end-of-central-directory record",
+        ),
+        (
+            # The end record claims one byte more of central directory than there is.
+            build_zip([ZipEntry(MF, MANIFEST)])[:-10]
+            + (len(b"") + 46 + len(MF) + 1).to_bytes(4, "little")
+            + (len(MANIFEST) + 30 + len(MF)).to_bytes(4, "little")
+            + b"\0\0",
+            "central directory lies outside the file",
+        ),
+        (
+            build_zip([ZipEntry(MF, MANIFEST, declared_size=JAVA_MAX_MANIFEST_BYTES + 1)]),
+            f"the manifest declares {JAVA_MAX_MANIFEST_BYTES + 1} bytes, more than the "
+            f"{JAVA_MAX_MANIFEST_BYTES}-byte limit",
+        ),
+        (
+            build_zip([ZipEntry(MF, MANIFEST, declared_size=JAVA_MAX_MANIFEST_BYTES)]),
+            "the manifest's size does not match the central directory",
+        ),
+        (
+            build_zip([ZipEntry(MF, MANIFEST, declared_csize=JAVA_MAX_MANIFEST_BYTES + 1025)]),
+            f"the manifest declares {len(MANIFEST)} bytes, more than the "
+            f"{JAVA_MAX_MANIFEST_BYTES}-byte limit",
+        ),
+        (
+            build_zip([ZipEntry(MF, MANIFEST, declared_csize=JAVA_MAX_MANIFEST_BYTES + 1024)]),
+            "the manifest entry is truncated",
+        ),
+    ],
+)
+def test_zip_structure_errors_in_full(archive: bytes, message: str, tmp_path: Path) -> None:
+    with (
+        OpenFile.open(_jar_bytes(tmp_path, archive)) as f,
+        pytest.raises(java.ZipFormatError) as info,
+    ):
+        java.read_manifest_bytes(f)
+    assert str(info.value) == message
+
+
+def test_a_truncated_central_directory_is_named(tmp_path: Path) -> None:
+    archive = build_zip([ZipEntry(b"a", b"x"), ZipEntry(MF, MANIFEST)])
+    # The end record says the directory is 20 bytes shorter than it is: the manifest entry
+    # runs past it.
+    cd_size_at = len(archive) - 22 + 12
+    size = int.from_bytes(archive[cd_size_at : cd_size_at + 4], "little")
+    offset = int.from_bytes(archive[cd_size_at + 4 : cd_size_at + 8], "little")
+    patched = (
+        archive[:cd_size_at]
+        + (size - 20).to_bytes(4, "little")
+        + (offset + 20).to_bytes(4, "little")
+        + archive[cd_size_at + 8 :]
+    )
+    with (
+        OpenFile.open(_jar_bytes(tmp_path, patched)) as f,
+        pytest.raises(java.ZipFormatError) as info,
+    ):
+        java.read_manifest_bytes(f)
+    assert str(info.value) in (
+        "central directory is truncated",
+        "central directory entry is malformed",
+    )
+
+
+def test_a_continuation_line_before_any_header_is_ignored() -> None:
+    attributes = java.parse_main_section(b" stray\r\nMain-Class: a.B\r\n")
+    assert attributes == {"main-class": "a.B"}
+
+
+def test_invalid_utf8_in_a_header_name_is_replaced() -> None:
+    assert java.parse_main_section(b"Ma\xffin: x\r\n") == {"ma\ufffdin": "x"}
+
+
+def test_a_class_name_of_exactly_the_limit_is_accepted() -> None:
+    name = "a" * 1024
+    assert java.is_java_binary_name(name)
+    assert not java.is_java_binary_name(name + "b")
+
+
+def test_an_unreadable_dependency_does_not_stop_the_search_for_the_schema_version(
+    tmp_path: Path,
+) -> None:
+    thin = {k: v for k, v in HANDLER.items() if k != "Airflow-Supervisor-Schema-Version"}
+    path = write_jar(tmp_path / "handlers.jar", manifest=thin)
+    (tmp_path / "a-broken.jar").write_bytes(b"not a zip at all, but long enough to look")
+    write_jar(tmp_path / "sdk.jar", manifest={"Airflow-Supervisor-Schema-Version": "2026-09-30"})
+    verified = verify_artifact(path, Language.JAVA, bundle_root=tmp_path)
+    assert verified.schema_version == "2026-09-30"
+    assert (verified.path, verified.size_bytes) == (path.resolve(), path.stat().st_size)
+
+
+def test_at_most_three_unreadable_dependencies_are_named(tmp_path: Path) -> None:
+    thin = {k: v for k, v in HANDLER.items() if k != "Airflow-Supervisor-Schema-Version"}
+    path = write_jar(tmp_path / "handlers.jar", manifest=thin)
+    for name in ("a", "b", "c", "d"):
+        (tmp_path / f"{name}.jar").write_bytes(b"short")
+    assert _verify_error(path) == (
+        "handlers.jar: no Airflow-Supervisor-Schema-Version: neither its manifest nor any "
+        "other JAR of the bundle (the airflow-sdk JAR a thin JAR relies on) declares one "
+        "(dependency 'a.jar' is unreadable: too small to be a zip archive; dependency 'b.jar' "
+        "is unreadable: too small to be a zip archive; dependency 'c.jar' is unreadable: too "
+        "small to be a zip archive)"
+    )
+
+
+def test_a_bad_schema_version_is_blamed_on_the_jar_that_declares_it(tmp_path: Path) -> None:
+    thin = {k: v for k, v in HANDLER.items() if k != "Airflow-Supervisor-Schema-Version"}
+    path = write_jar(tmp_path / "handlers.jar", manifest=thin)
+    write_jar(tmp_path / "sdk.jar", manifest={"Airflow-Supervisor-Schema-Version": "soon"})
+    assert _verify_error(path) == (
+        "sdk.jar: Airflow-Supervisor-Schema-Version: supervisor schema version 'soon' is not "
+        "a YYYY-MM-DD date"
+    )
+
+
+def test_a_central_directory_zipfile_cannot_read_is_named(tmp_path: Path) -> None:
+    # Our reader stops at the manifest; zipfile reads on and meets a broken second entry.
+    archive = bytearray(build_zip([ZipEntry(MF, MANIFEST), ZipEntry(b"b.class", b"x")]))
+    second = archive.rindex(b"PK\x01\x02")
+    archive[second : second + 4] = b"PK\x09\x09"
+    path = _jar_bytes(tmp_path, bytes(archive))
+    assert _verify_error(path).startswith("x.jar: entry '(central directory)' is corrupt: ")
+
+
+def test_an_encrypted_entry_cannot_be_read(tmp_path: Path) -> None:
+    archive = build_zip([ZipEntry(MF, MANIFEST), ZipEntry(b"secret.class", b"x" * 20, flags=1)])
+    assert _verify_error(_jar_bytes(tmp_path, archive)) == (
+        "x.jar: entry 'secret.class' cannot be read: File <ZipInfo filename='secret.class' "
+        "file_size=20> is encrypted, password required for extraction"
+    )
+
+
+def test_declared_uncompressed_total_may_be_exactly_4_gib(tmp_path: Path) -> None:
+    # Folders are never read, only counted: two of 2 GiB declared make exactly the limit.
+    half = 2**31
+    exact = build_zip(
+        [
+            ZipEntry(MF, MANIFEST),
+            ZipEntry(b"d1/", declared_size=half - len(MANIFEST)),
+            ZipEntry(b"d2/", declared_size=half),
+        ]
+    )
+    assert (
+        verify_artifact(_jar_bytes(tmp_path, exact), Language.JAVA).main_class
+        == HANDLER["Main-Class"]
+    )
+    over = build_zip(
+        [
+            ZipEntry(MF, MANIFEST),
+            ZipEntry(b"d1/", declared_size=half - len(MANIFEST) + 1),
+            ZipEntry(b"d2/", declared_size=half),
+        ]
+    )
+    assert _verify_error(_jar_bytes(tmp_path, over, "y.jar")) == (
+        "y.jar: entries declare 4294967297 uncompressed bytes, more than the 4294967296-byte limit"
+    )

@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from taskhandler_operator.artifacts.listing import ListingCache, list_candidates, walk_files
+from taskhandler_operator.artifacts.listing import (
+    BundleRootError,
+    ListingCache,
+    _CachedAnswer,
+    list_candidates,
+    walk_files,
+)
 from taskhandler_operator.artifacts.models import Language
 from taskhandler_operator.devenv.packers import write_go_bundle, write_jar, write_typescript_bundle
 
@@ -152,9 +158,9 @@ def test_fifo_is_skipped_without_blocking(tmp_path: Path) -> None:
 
 def test_root_that_is_not_a_folder_raises(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
-    with pytest.raises(NotADirectoryError, match="is not a folder"):
+    with pytest.raises(BundleRootError, match="is not a folder"):
         list_candidates(tmp_path / "file", Language.GO)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(BundleRootError, match="cannot be resolved: No such file or directory"):
         list_candidates(tmp_path / "missing", Language.GO)
 
 
@@ -182,7 +188,7 @@ print(json.dumps({
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="drops to nobody to make permissions bite")
-def test_unreadable_files_are_skipped_and_unreadable_folders_reported() -> None:
+def test_unreadable_files_and_folders_are_reported() -> None:
     import json
 
     with tempfile.TemporaryDirectory(prefix="thop-perm-") as raw:
@@ -203,11 +209,12 @@ def test_unreadable_files_are_skipped_and_unreadable_folders_reported() -> None:
         )
     result = json.loads(proc.stdout)
     assert result["candidates"] == ["readable"]
-    assert len(result["problems"]) == 1
-    assert result["problems"][0][0] == "closed"
+    # Never a silent miss: the folder and the file nobody may read are both named.
+    assert [problem[0] for problem in result["problems"]] == ["closed", "secret"]
     assert result["problems"][0][1].startswith(
         "cannot read this folder: [Errno 13] Permission denied"
     )
+    assert result["problems"][1][1] == "cannot be opened (Permission denied)"
 
 
 # -- cache ---------------------------------------------------------------------------------
@@ -278,3 +285,54 @@ def test_cache_is_bounded(tmp_path: Path) -> None:
     cache = ListingCache(max_entries=3, racy_window_ns=0)
     list_candidates(tmp_path, Language.GO, cache)
     assert len(cache) == 3
+
+
+# -- found by mutation testing (docs/mutation-testing.md) -----------------------------------
+
+NOW = 10**18
+WINDOW = 2 * 10**9
+
+
+def _key(mtime_ns: int, ctime_ns: int) -> tuple[str, int, int, int, int, int]:
+    return ("go", 1, 2, 3, mtime_ns, ctime_ns)
+
+
+@pytest.mark.parametrize(
+    ("mtime_ns", "ctime_ns", "cached"),
+    [
+        (NOW - WINDOW - 1, NOW - WINDOW - 1, True),
+        (NOW - WINDOW, NOW - WINDOW - 1, False),  # exactly at the window: still racy
+        (NOW, NOW - 10 * WINDOW, False),  # an mtime set into the recent past or future
+        (NOW - 10 * WINDOW, NOW, False),
+    ],
+)
+def test_the_racy_window_looks_at_mtime_and_ctime(
+    mtime_ns: int, ctime_ns: int, cached: bool
+) -> None:
+    cache = ListingCache(racy_window_ns=WINDOW)
+    cache.put(_key(mtime_ns, ctime_ns), _CachedAnswer("etl", None), NOW)
+    assert (len(cache) == 1) is cached
+
+
+def test_the_cache_evicts_the_least_recently_used() -> None:
+    cache = ListingCache(max_entries=2, racy_window_ns=0)
+    old = NOW - 1
+    first, second, third = (("go", 1, i, 3, old, old) for i in range(3))
+    cache.put(first, _CachedAnswer("a", None), NOW)
+    cache.put(second, _CachedAnswer("b", None), NOW)
+    assert cache.get(first, "a") is not None  # first is now the most recently used
+    cache.put(third, _CachedAnswer("c", None), NOW)
+    assert cache.get(second, "b") is None
+    assert cache.get(first, "a") is not None and cache.get(third, "c") is not None
+
+
+def test_a_name_that_is_not_utf8_is_a_problem_with_an_escaped_path(tmp_path: Path) -> None:
+    write_go_bundle(tmp_path / "good", BINARY)
+    bad = os.fsencode(tmp_path) + b"/bad-\xff\xfe"
+    Path(os.fsdecode(bad)).write_bytes((tmp_path / "good").read_bytes())
+    result = list_candidates(tmp_path, Language.GO)
+    assert [c.rel_path for c in result.candidates] == ["good"]
+    assert [(p.rel_path, p.message) for p in result.problems] == [
+        ("bad-\\xff\\xfe", "its name is not valid UTF-8, skipped (rename it)")
+    ]
+    result.problems[0].rel_path.encode("utf-8")  # valid text

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from taskhandler_operator.artifacts.models import Candidate
-from taskhandler_operator.artifacts.planner import KnownArtifact, plan_probes
+from taskhandler_operator.artifacts.planner import KnownArtifact, answer_covers, plan_probes
 
 HANDLERS = {"etl_dag": [{"task_id": "extract", "binding": "positional", "params": []}]}
 
@@ -85,3 +87,29 @@ def test_pydantic_records_are_accepted() -> None:
     )
     plan = plan_probes([Candidate("etl", 100, "d1")], [record], "B")
     assert plan.cached[0][1] is record
+
+
+# -- reusing an answer when new Dags appear (dag_ids) ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("requested", "answered", "wanted", "covers"),
+    [
+        # Nothing requested: the answer is the runtime's whole answer.
+        (None, [], ["new"], True),
+        (None, ["a"], ["a", "new"], True),
+        # It declares a Dag nobody asked for: this runtime ignores dag_ids.
+        (["a"], ["a", "b"], ["a", "new"], True),
+        # Possibly filtered: it speaks only for what was requested.
+        (["a", "b"], ["a"], ["a", "b"], True),
+        (["a", "b"], ["a"], ["b"], True),
+        (["a"], ["a"], ["a", "new"], False),
+        (["a"], [], ["new"], False),
+        ([], [], ["new"], False),
+        ([], [], [], True),
+    ],
+)
+def test_answer_covers(
+    requested: list[str] | None, answered: list[str], wanted: list[str], covers: bool
+) -> None:
+    assert answer_covers(requested, answered, wanted) is covers

@@ -371,7 +371,7 @@ def _repack(tmp_path: Path, code: bytes = CODE, **kw: Any) -> Path:
         (
             {"metadata_extra": {"airflow_bundle_metadata_version": None}},
             "bundle.min.mjs: metadata airflow_bundle_metadata_version is missing or not "
-            "MAJOR.MINOR[.PATCH]",
+            "MAJOR.MINOR[.PATCH] (numbers of at most 9 digits)",
         ),
         (
             {"metadata_extra": {"airflow_bundle_metadata_version": "2.0"}},
@@ -461,3 +461,148 @@ def test_reference_fixture_shape(tmp_path: Path) -> None:
     assert int(source["start"], 16) == meta_end + 1 + 27
     assert int(layout["code"]["start"], 16) == int(source["end"], 16) + 5
     assert re.fullmatch(rb"/\*# airflowSource:entry.ts\n", data[meta_end + 1 : meta_end + 1 + 27])
+
+
+# -- framing at its exact limits ---------------------------------------------------------------
+
+_META = {
+    "airflow_bundle_metadata_version": "1.0",
+    "sdk": {"supervisor_schema_version": "2026-10-30"},
+}
+
+
+def _bundle_with_layout_line_of(tmp_path: Path, size: int) -> Path:
+    """A valid bundle whose first line (newline included) is exactly ``size`` bytes."""
+    probe = pack_typescript_bundle(CODE, sources={"p": b"x"})
+    grow = size - (probe.index(b"\n") + 1)
+    path = write_typescript_bundle(tmp_path / "b.min.mjs", CODE, sources={"p" * (1 + grow): b"x"})
+    assert path.read_bytes().index(b"\n") + 1 == size
+    return path
+
+
+def _metadata_payload_of(size: int) -> bytes:
+    """Metadata JSON of exactly ``size`` bytes."""
+    base = json.dumps({**_META, "pad": ""}, separators=(",", ":")).encode()
+    return base[:-2] + b"x" * (size - len(base)) + b'"}'
+
+
+@pytest.mark.parametrize("size", [1025, 2000, 4095, 4096])
+def test_a_first_line_past_the_first_read_is_read_whole(tmp_path: Path, size: int) -> None:
+    # Listing reads 1024 bytes first; a longer first line followed by a short one must still
+    # be read to its newline, and the digest is over exactly that line.
+    path = _bundle_with_layout_line_of(tmp_path, size)
+    candidate = read_with(typescript.read_candidate, path)
+    line = path.read_bytes()[:size]
+    assert candidate == Candidate(
+        "b.min.mjs", path.stat().st_size, hashlib.sha256(line).hexdigest()
+    )
+    assert verify_artifact(path, Language.TYPESCRIPT).cache_digest == candidate.cache_digest
+
+
+def test_a_first_line_of_4097_bytes_is_refused(tmp_path: Path) -> None:
+    path = _bundle_with_layout_line_of(tmp_path, 4097)
+    assert _listing_error(path) == "b.min.mjs: the layout line is longer than 4096 bytes"
+
+
+def test_the_metadata_line_may_be_exactly_1_mib(tmp_path: Path) -> None:
+    prefix_and_newline = len(b"//# airflowMetadata=") + 1
+    payload = _metadata_payload_of((1 << 20) - prefix_and_newline)
+    path = write_typescript_bundle(tmp_path / "m.min.mjs", CODE, metadata_payload=payload)
+    assert verify_artifact(path, Language.TYPESCRIPT).schema_version == "2026-10-30"
+
+
+def test_a_metadata_line_of_1_mib_plus_1_is_refused(tmp_path: Path) -> None:
+    prefix_and_newline = len(b"//# airflowMetadata=") + 1
+    payload = _metadata_payload_of((1 << 20) - prefix_and_newline + 1)
+    path = write_typescript_bundle(tmp_path / "m.min.mjs", CODE, metadata_payload=payload)
+    assert _listing_error(path) == "m.min.mjs: the metadata line is longer than 1048576 bytes"
+
+
+def test_a_source_may_be_exactly_1_mib_and_not_one_byte_more(tmp_path: Path) -> None:
+    exact = write_typescript_bundle(tmp_path / "s.min.mjs", CODE, sources={"a": b"s" * (1 << 20)})
+    assert verify_artifact(exact, Language.TYPESCRIPT).schema_version == "2026-10-30"
+    over = write_typescript_bundle(
+        tmp_path / "o.min.mjs", CODE, sources={"a": b"s" * ((1 << 20) + 1)}
+    )
+    assert _listing_error(over) == "o.min.mjs: layout source 'a' is longer than 1048576 bytes"
+
+
+def test_a_metadata_region_that_spans_a_newline_is_refused(tmp_path: Path) -> None:
+    # Every checksum matches, but the newline would end the comment early and the rest of the
+    # "metadata" would run as code.
+    payload = json.dumps(_META).encode()[:-1] + b',"x":1}\n;globalThis.pwned=1;//'
+    path = write_typescript_bundle(tmp_path / "n.min.mjs", CODE, metadata_payload=payload)
+    assert _verify_error(path) == (
+        "n.min.mjs: the metadata line does not end where layout metadata.end says"
+    )
+
+
+@pytest.mark.parametrize("breaker", ["\u2029", "\u2028", "\r"])
+def test_a_raw_line_breaker_in_the_metadata_is_refused(tmp_path: Path, breaker: str) -> None:
+    # json.dumps escapes "\r" (and, with ensure_ascii, the separators): put the raw bytes in.
+    payload = json.dumps({**_META, "note": "aBRKb"}).encode().replace(b"BRK", breaker.encode())
+    path = write_typescript_bundle(tmp_path / "u.min.mjs", CODE, metadata_payload=payload)
+    assert _verify_error(path) == (
+        "u.min.mjs: the metadata line contains a carriage return or a U+2028/U+2029 line separator"
+    )
+
+
+@pytest.mark.parametrize("breaker", ["\u2029", "\u2028", "\r"])
+def test_a_raw_line_breaker_in_the_layout_line_is_refused(tmp_path: Path, breaker: str) -> None:
+    path = tmp_path / "l.min.mjs"
+    layout = _layout_of(GOOD)
+    layout["sources"][0]["path"] = "aBRKb"
+    raw = json.dumps(layout, separators=(",", ":")).encode().replace(b"BRK", breaker.encode())
+    line = b"//# airflowBundle=" + raw + b"\n"
+    path.write_bytes(line + GOOD.split(b"\n", 1)[1])
+    assert _listing_error(path) == (
+        "l.min.mjs: the layout line contains a carriage return or a U+2028/U+2029 line separator"
+    )
+
+
+# -- found by mutation testing (docs/mutation-testing.md) -----------------------------------
+
+
+def test_listing_reads_at_most_4096_bytes_of_a_long_first_line(tmp_path: Path) -> None:
+    path = tmp_path / "long.min.mjs"
+    path.write_bytes(b"//# airflowBundle=" + b"x" * 4500 + b"\n" + b"y" * 10_000)
+    with OpenFile.open(path) as f:
+        with pytest.raises(typescript.LayoutError, match="longer than 4096 bytes"):
+            typescript.read_layout_line(f)
+        assert f.bytes_read == 4096
+
+
+def test_a_broken_source_region_is_named_by_its_index(tmp_path: Path) -> None:
+    path = tmp_path / "bad.min.mjs"
+    path.write_bytes(_mutated_layout(sources__0__start="zz"))
+    assert (
+        _listing_error(path)
+        == "bad.min.mjs: layout sources[0].start is not 16 lowercase hex digits"
+    )
+
+
+def test_a_source_path_with_a_newline_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "bad.min.mjs"
+    path.write_bytes(_mutated_layout(sources__0__path="a\nb"))
+    assert _listing_error(path) == (
+        "bad.min.mjs: layout sources[0].path is missing, empty or contains a newline"
+    )
+
+
+def test_an_error_candidate_keeps_its_path_and_size(tmp_path: Path) -> None:
+    path = tmp_path / "bad.min.mjs"
+    path.write_bytes(b"//# airflowBundle={}\nx")
+    assert read_with(typescript.read_candidate, path, "ui/bad.min.mjs") == Candidate(
+        "ui/bad.min.mjs", 22, None, "ui/bad.min.mjs: layout has no 'code' key"
+    )
+
+
+def test_a_verified_bundle_reports_its_path_and_size(tmp_path: Path) -> None:
+    path = _write(tmp_path)
+    verified = verify_artifact(path, Language.TYPESCRIPT)
+    assert (verified.path, verified.size_bytes) == (path, path.stat().st_size)
+
+
+def test_metadata_that_is_not_an_object_in_full(tmp_path: Path) -> None:
+    path = write_typescript_bundle(tmp_path / "m.min.mjs", CODE, metadata_payload=b"[1]")
+    assert _verify_error(path) == "m.min.mjs: the metadata line is not a JSON object"

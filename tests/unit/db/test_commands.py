@@ -45,3 +45,61 @@ def test_malformed_url_is_refused_with_a_message(
     assert capsys.readouterr().err == (
         "error: not a database URL: Could not parse SQLAlchemy URL from given URL string\n"
     )
+
+
+# -- hostile and careless URLs: one line, exit 1 (retrying cannot help), never the password ----
+
+BAD_URLS = {
+    "non-numeric port": (
+        "postgresql://u:s3cret@db:abc/airflow",
+        "error: not a database URL: the port is not a number, or an IPv6 host misses its ']'",
+    ),
+    "unclosed IPv6 bracket": (
+        "postgresql://u:s3cret@[::1/airflow",
+        "error: not a database URL: the port is not a number, or an IPv6 host misses its ']'",
+    ),
+    "unknown query option": (
+        "postgresql://u:s3cret@db/airflow?fooo=bar",
+        "error: unknown connection option 'fooo' in the URL (known: ",
+    ),
+    "port out of range": (
+        "postgresql://u:s3cret@127.0.0.1:99999/airflow",
+        "error: not a database URL: port 99999 is out of range (1-65535)",
+    ),
+    "bad sslmode": (
+        "postgresql://u:s3cret@127.0.0.1/airflow?sslmode=bogus",
+        "error: connection option sslmode='bogus' is not one of allow, disable, prefer, "
+        "require, verify-ca, verify-full",
+    ),
+    "NUL in the database name": (
+        "postgresql://u:s3cret@127.0.0.1:5999/air%00flow",
+        "error: not a database URL: the database name contains a NUL character",
+    ),
+    "raw NUL": (
+        "postgresql://u:s3cret@127.0.0.1/air\x00flow",
+        "error: not a database URL: it contains a NUL character",
+    ),
+    "no database": (
+        "postgresql://u:s3cret@127.0.0.1:5432/",
+        "error: the URL names no database; add it after the host, e.g. "
+        "postgresql://user@host:5432/airflow",
+    ),
+    "non-numeric timeout": (
+        "postgresql://u:s3cret@127.0.0.1/airflow?connect_timeout=soon",
+        "error: connection option connect_timeout='soon' is not a whole number",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_URLS)
+@pytest.mark.parametrize("command", ["upgrade", "check"])
+def test_bad_url_is_a_one_line_permanent_error(
+    case: str, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, expected = BAD_URLS[case]
+    assert main(["db", command, "--url", url]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1, err
+    assert err.startswith(expected), err
+    assert "s3cret" not in err

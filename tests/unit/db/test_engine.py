@@ -6,8 +6,10 @@ import pytest
 import sqlalchemy.exc
 
 from taskhandler_operator.db.engine import (
+    DatabaseRefused,
     DatabaseUnavailable,
     InvalidDatabaseUrl,
+    PermissionDenied,
     TransactionConflict,
     classify,
     describe,
@@ -81,3 +83,41 @@ def test_programming_errors_are_not_retryable() -> None:
 
 def test_os_level_connection_errors_are_unavailability() -> None:
     assert isinstance(classify(ConnectionResetError("reset")), DatabaseUnavailable)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        'connection failed: connection to server at "h", port 5432 failed: FATAL:  database '
+        '"airflw" does not exist',
+        'connection failed: connection to server at "h", port 5432 failed: FATAL:  role "x" does '
+        "not exist",
+        'connection failed: FATAL:  password authentication failed for user "airflow"',
+        'connection failed: FATAL:  no pg_hba.conf entry for host "10.0.0.1", user "a"',
+        "connection failed: fe_sendauth: no password supplied",
+        "connection failed: server does not support SSL, but SSL was required",
+    ],
+)
+def test_refusals_while_connecting_are_permanent(message: str) -> None:
+    typed = classify(_dbapi(sqlalchemy.exc.OperationalError, message, None))
+    assert isinstance(typed, DatabaseRefused)
+    assert not typed.retryable
+    assert str(typed) == f"the database refused the connection: {message}"
+
+
+@pytest.mark.parametrize("state", ["3D000", "28P01", "28000", "42501"])
+def test_refusing_sqlstates_are_permanent(state: str) -> None:
+    typed = classify(_dbapi(sqlalchemy.exc.OperationalError, "no", state))
+    assert isinstance(typed, DatabaseRefused)
+    assert not typed.retryable
+    if state == "42501":  # a missing grant says which role needs what
+        assert isinstance(typed, PermissionDenied)
+        assert str(typed).startswith("no: the database role lacks that privilege")
+    else:
+        assert str(typed) == f"the database refused ({state}): no"
+
+
+def test_a_server_that_is_starting_up_is_transient() -> None:
+    message = "connection failed: FATAL:  the database system is starting up"
+    typed = classify(_dbapi(sqlalchemy.exc.OperationalError, message, None))
+    assert isinstance(typed, DatabaseUnavailable)

@@ -9,14 +9,15 @@ import pytest
 from pydantic import ValidationError
 
 from taskhandler_operator.artifacts.models import Language, VerifiedArtifact
-from taskhandler_operator.protocol import driver
-from taskhandler_operator.protocol.driver import ProbeConfig, build_command, runtime_environment
-from taskhandler_operator.protocol.eventlog import EventLog
-from taskhandler_operator.protocol.schema_versions import (
+from taskhandler_operator.artifacts.schema_versions import (
     KNOWN_SCHEMA_VERSIONS,
     UnknownSchemaVersion,
     check_known_schema_version,
 )
+from taskhandler_operator.protocol import driver
+from taskhandler_operator.protocol.driver import ProbeConfig, build_command, runtime_environment
+from taskhandler_operator.protocol.eventlog import EventLog
+from taskhandler_operator.protocol.launch import UnsafeCommand, is_java_binary_name
 from taskhandler_operator.protocol.summary import ExitCode, ProbeErrorKind
 
 
@@ -64,6 +65,62 @@ def test_java_without_main_class_cannot_be_run() -> None:
         build_command(verified(Language.JAVA, "/b/app.jar"))
 
 
+@pytest.mark.parametrize(
+    "main_class",
+    [
+        "-version",
+        "-XX:+UnlockDiagnosticVMOptions",
+        "com.example.Main -version",
+        "a..b",
+        "1a.B",
+        "com/example/Main",
+        "",
+        "a.",
+        "x" * 1025,
+    ],
+)
+def test_main_class_must_be_a_java_binary_name(main_class: str) -> None:
+    # "-version" would reach the java launcher as an option, not as a class to run.
+    artifact = verified(
+        Language.JAVA, "/b/app.jar", main_class=main_class, classpath=(Path("/b/app.jar"),)
+    )
+    with pytest.raises(UnsafeCommand, match=r"is not a Java class name|no Main-Class"):
+        build_command(artifact)
+
+
+@pytest.mark.parametrize(
+    "main_class", ["Main", "com.example.Main", "com.example.Outer$Inner", "$x._y1", "ünï.Cödé"]
+)
+def test_java_binary_names_are_accepted(main_class: str) -> None:
+    assert is_java_binary_name(main_class)
+
+
+@pytest.mark.parametrize("entry", ["/b/x:y.jar", "lib/dep.jar"])
+def test_classpath_entries_must_be_absolute_and_unsplittable(entry: str) -> None:
+    # "/b/x:y.jar" would become "/b/x" and "y.jar", the second resolved from the working folder.
+    artifact = verified(
+        Language.JAVA,
+        "/b/app.jar",
+        main_class="com.example.Main",
+        classpath=(Path("/b/app.jar"), Path(entry)),
+    )
+    with pytest.raises(UnsafeCommand, match="is relative or contains ':'"):
+        build_command(artifact)
+
+
+def test_dag_ids_are_sorted_deduplicated_and_bounded() -> None:
+    config = ProbeConfig(artifact=Path("a"), language=Language.GO, dag_ids=("b", "a", "b"))
+    assert config.dag_ids == ("a", "b")
+    assert ProbeConfig(artifact=Path("a"), language=Language.GO).dag_ids is None
+    for bad in ("", "x" * 251, "a\x00b"):
+        with pytest.raises(ValidationError, match="a dag_id must be 1 to 250 characters"):
+            ProbeConfig(artifact=Path("a"), language=Language.GO, dag_ids=(bad,))
+    with pytest.raises(ValidationError, match="at most 10000 items"):
+        ProbeConfig(
+            artifact=Path("a"), language=Language.GO, dag_ids=tuple(map(str, range(10_001)))
+        )
+
+
 def test_environment_adds_logging_defaults_without_overriding() -> None:
     env = runtime_environment({"PATH": "/bin", "AIRFLOW__LOGGING__LOGGING_LEVEL": "DEBUG"})
     assert env == {
@@ -104,7 +161,8 @@ def test_known_schema_versions() -> None:
     with pytest.raises(UnknownSchemaVersion) as info:
         check_known_schema_version("etl", "1999-01-01")
     assert str(info.value).startswith(
-        "etl uses supervisor schema version '1999-01-01', which this supervisor does not know"
+        "etl uses supervisor schema version '1999-01-01', which this supervisor does not support "
+        "(supported: 2026-06-16 to 2026-10-30: "
     )
 
 
@@ -113,7 +171,7 @@ async def test_unexpected_verification_exception_still_ends_in_a_summary(
 ) -> None:
     # Only the routing of run_probe is under test: a reader that raises something other
     # than ArtifactVerificationError must give a driver_error summary, not escape.
-    def broken(*_args: object) -> VerifiedArtifact:
+    def broken(*_args: object, **_kw: object) -> VerifiedArtifact:
         raise TypeError("unhashable type: 'list'")
 
     monkeypatch.setattr(driver, "verify_artifact", broken)

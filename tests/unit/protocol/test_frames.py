@@ -3,10 +3,12 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import struct
+import tracemalloc
+from datetime import timedelta
 
 import msgpack
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from taskhandler_operator.limits import MAX_FRAME_SIZE
@@ -35,7 +37,7 @@ ids = st.integers(0, 2**63 - 1)
 
 
 def payload_of(value: object) -> bytes:
-    packed: bytes = msgpack.packb(value, use_bin_type=True)
+    packed: bytes = msgpack.packb(value, use_bin_type=True, datetime=True)
     return packed
 
 
@@ -103,6 +105,10 @@ def test_timestamp_beyond_datetime_range_is_a_malformed_frame(seconds: int) -> N
         ([1, "body"], "frame body is a msgpack string, expected a map or nil"),
         ([1, None, 5], "frame third element is a msgpack integer, expected a map or nil"),
         ([1, None, b"x"], "frame third element is a msgpack binary, expected a map or nil"),
+        (
+            [1, dt.datetime(2026, 1, 1, tzinfo=dt.UTC)],
+            "frame body is a msgpack datetime, expected a map or nil",
+        ),
     ],
 )
 def test_malformed_frames(value: object, message: str) -> None:
@@ -181,3 +187,132 @@ def test_encode_payload_rejects_what_uint32_cannot_frame() -> None:
 
     with pytest.raises(FrameTooLarge):
         encode_payload(Huge())
+
+
+# -- properties: any bytes are a frame or a typed error, in bounded time and memory ----------
+
+BOUNDED = settings(
+    max_examples=300,
+    deadline=timedelta(seconds=5),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+# Headers claiming huge sizes, nested containers, extension types, bad UTF-8: the shapes a
+# hostile runtime would send, plus plain random bytes.
+_PREFIXES = st.sampled_from(
+    [
+        b"",
+        b"\x92\x00",  # [0, …
+        b"\x93\x00\xc0",  # [0, nil, …
+        b"\xdd\xff\xff\xff\xff",  # array32 claiming 4 billion items
+        b"\xdf\xff\xff\xff\xff",  # map32 claiming 4 billion pairs
+        b"\xdb\xff\xff\xff\xff",  # str32 claiming 4 GiB
+        b"\xc6\xff\xff\xff\xff",  # bin32 claiming 4 GiB
+        b"\xc9\xff\xff\xff\xff\xff",  # ext32
+        b"\x91" * 5000,  # nesting deeper than any decoder's stack
+        b"\xd7\xff" + b"\xff" * 8,  # timestamp64 past datetime's range
+        b"\x92\xcf\xff\xff\xff\xff\xff\xff\xff\xff",  # id 2^64-1
+    ]
+)
+hostile_payloads = st.builds(lambda p, tail: p + tail, _PREFIXES, st.binary(max_size=64))
+
+
+@BOUNDED
+@given(payload=st.one_of(hostile_payloads, st.binary(max_size=4096)))
+def test_any_payload_decodes_or_is_a_malformed_frame(payload: bytes) -> None:
+    tracemalloc.start()
+    try:
+        try:
+            frame = decode_request(payload)
+        except MalformedFrame as exc:
+            assert str(exc)
+        else:
+            assert isinstance(frame, RequestFrame)
+            assert isinstance(frame.id, int) and frame.id >= 0
+            assert frame.body is None or isinstance(frame.body, dict)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 * 1024 * 1024
+
+
+@BOUNDED
+@given(
+    stream=st.one_of(
+        st.binary(max_size=512),
+        st.builds(
+            lambda n, body: struct.pack(">I", n) + body,
+            st.one_of(st.integers(0, 2**32 - 1), st.sampled_from([0, 1, 2**32 - 1, 2**31])),
+            st.binary(max_size=256),
+        ),
+    ),
+    limit=st.sampled_from([64, 256, MAX_FRAME_SIZE, 2**32 - 1]),
+)
+async def test_any_stream_gives_payloads_an_end_or_a_typed_error(stream: bytes, limit: int) -> None:
+    reader = reader_with(stream)
+    for _ in range(len(stream) + 1):
+        try:
+            payload = await asyncio.wait_for(read_frame(reader, limit), 5)
+        except FrameTooLarge as exc:
+            assert exc.length > exc.limit == limit
+            return
+        except FrameTruncated:
+            return
+        if payload is None:
+            return
+        assert len(payload) <= limit
+    raise AssertionError("read_frame neither ended nor failed")
+
+
+# -- the frame-size contract at the uint32 boundary ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("length", "limit"),
+    [(2**32 - 1, MAX_FRAME_SIZE), (2**32 - 1, 2**32 - 2), (MAX_FRAME_SIZE + 1, MAX_FRAME_SIZE)],
+)
+async def test_frame_too_large_carries_length_and_limit(length: int, limit: int) -> None:
+    with pytest.raises(FrameTooLarge) as info:
+        await read_frame(reader_with(struct.pack(">I", length), eof=False), limit)
+    assert (info.value.length, info.value.limit) == (length, limit)
+    assert str(info.value) == f"frame of {length} bytes exceeds the limit of {limit} bytes"
+
+
+async def test_the_largest_wire_length_is_within_a_limit_of_the_same_size() -> None:
+    # Equal to the limit is allowed: the body is then awaited (and here the stream ends).
+    with pytest.raises(FrameTruncated, match=r"stream ended after 0 of 4294967295 body bytes"):
+        await read_frame(reader_with(struct.pack(">I", 2**32 - 1)), 2**32 - 1)
+
+
+def test_encode_payload_error_carries_the_uint32_limit() -> None:
+    class Huge(bytes):
+        def __len__(self) -> int:
+            return 2**32
+
+    with pytest.raises(FrameTooLarge) as info:
+        encode_payload(Huge())
+    assert (info.value.length, info.value.limit) == (2**32, 2**32 - 1)
+
+
+# -- found by mutation testing (docs/mutation-testing.md) -----------------------------------
+
+
+def test_the_largest_wire_length_can_be_encoded() -> None:
+    class Largest(bytes):
+        def __len__(self) -> int:
+            return 2**32 - 1
+
+    assert encode_payload(Largest()).startswith(b"\xff\xff\xff\xff")
+
+
+def test_binary_and_datetime_values_are_encoded_as_their_msgpack_types() -> None:
+    when = dt.datetime(2026, 10, 30, 12, 0, tzinfo=dt.UTC)
+    payload = split(encode_response(ResponseFrame(1, {"b": b"\x01", "t": when})))
+    assert b"\xc4\x01\x01" in payload  # bin 8, not a raw string
+    assert b"\xd6\xff" in payload  # timestamp 32 extension
+    assert decode_response(payload).body == {"b": b"\x01", "t": when}
+
+
+def test_trailing_bytes_message_in_full() -> None:
+    with pytest.raises(MalformedFrame) as info:
+        decode_request(b"\x92\x01\xc0\xc0")
+    assert str(info.value) == "payload has bytes after its msgpack value"

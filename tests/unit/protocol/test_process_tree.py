@@ -14,9 +14,11 @@ import psutil
 import pytest
 
 from taskhandler_operator.protocol.process_tree import (
+    ChildSubreaper,
     ProcessTracker,
     canonical_host,
     find_connection_owner,
+    get_child_subreaper,
 )
 
 # A child that connects to the port given as argv[1] (optionally from a grandchild that has
@@ -160,8 +162,9 @@ def test_tracker_finds_and_kills_a_child_that_left_the_session(tmp_path: Path) -
     proc.wait(10)
     assert os.getsid(escaped) != proc.pid
     assert tracker.survivors() == [escaped]
-    killed = tracker.kill_all()
-    assert escaped in killed
+    report = tracker.kill_all()
+    assert escaped in report.signalled
+    assert report.unkillable == []
     assert wait_gone([escaped]) == []
     assert tracker.survivors() == []
 
@@ -180,3 +183,101 @@ def test_tracker_finds_group_members_it_never_saw() -> None:
     assert all(os.getsid(pid) == proc.pid for pid in left)
     tracker.kill_all()
     assert wait_gone(left) == []
+
+
+# A double fork out of the session: the child starts a grandchild in a session of its own that
+# ignores SIGTERM, prints its pid and exits at once, so no snapshot of the tree ever sees it.
+DOUBLE_FORK = "setsid sh -c 'trap \"\" TERM; echo $$; exec sleep 300 </dev/null >/dev/null 2>&1' &"
+
+
+def test_subreaper_flag_is_set_and_restored() -> None:
+    before = get_child_subreaper()
+    if before is None:
+        pytest.skip("prctl(PR_GET_CHILD_SUBREAPER) is not available")
+    with ChildSubreaper() as reaper:
+        assert reaper.active
+        assert get_child_subreaper() is True
+    assert get_child_subreaper() is before
+
+
+def test_a_double_forked_grandchild_is_adopted_found_killed_and_reaped() -> None:
+    if get_child_subreaper() is None:
+        pytest.skip("prctl(PR_SET_CHILD_SUBREAPER) is not available")
+    with ChildSubreaper():
+        baseline = ProcessTracker.baseline_of(os.getpid())
+        proc = subprocess.Popen(
+            ["sh", "-c", DOUBLE_FORK], stdout=subprocess.PIPE, text=True, start_new_session=True
+        )
+        tracker = ProcessTracker(proc.pid, adopter=os.getpid(), baseline=baseline)
+        assert proc.stdout is not None
+        grandchild = int(proc.stdout.readline())
+        proc.wait(10)
+        # It left the session and the group, and its parent is gone: only adoption finds it.
+        assert os.getsid(grandchild) == grandchild
+        assert psutil.Process(grandchild).ppid() == os.getpid()
+        assert tracker.survivors() == [grandchild]
+        report = tracker.kill_all()
+        assert grandchild in report.signalled
+        assert report.unkillable == []
+        # Reaped by the tracker, not left as a zombie of this process.
+        assert not psutil.pid_exists(grandchild) or gone(grandchild)
+        with pytest.raises(ChildProcessError):
+            os.waitpid(grandchild, os.WNOHANG)
+
+
+def test_without_adoption_the_double_forked_grandchild_is_missed() -> None:
+    # What the driver saw before it became a subreaper: the escape goes unnoticed.
+    proc = subprocess.Popen(
+        ["sh", "-c", DOUBLE_FORK], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    tracker = ProcessTracker(proc.pid)
+    assert proc.stdout is not None
+    grandchild = int(proc.stdout.readline())
+    proc.wait(10)
+    try:
+        assert tracker.survivors() == []
+    finally:
+        os.kill(grandchild, 9)
+
+
+def test_children_started_before_the_runtime_are_not_adopted() -> None:
+    with ChildSubreaper():
+        unrelated = subprocess.Popen(["sleep", "60"])
+        try:
+            baseline = ProcessTracker.baseline_of(os.getpid())
+            runtime = subprocess.Popen(["sleep", "60"], start_new_session=True)
+            tracker = ProcessTracker(runtime.pid, adopter=os.getpid(), baseline=baseline)
+            report = tracker.kill_all()
+            runtime.wait(10)
+            assert unrelated.poll() is None
+            assert unrelated.pid not in report.signalled
+        finally:
+            unrelated.kill()
+            unrelated.wait(10)
+
+
+class _Unkillable:
+    """A process SIGKILL cannot end (uninterruptible sleep, another user's setuid program)."""
+
+    pid = 999_999
+
+    def is_running(self) -> bool:
+        return True
+
+    def status(self) -> str:
+        return psutil.STATUS_DISK_SLEEP
+
+    def kill(self) -> None:
+        raise psutil.AccessDenied(self.pid)
+
+
+def test_a_process_that_survives_sigkill_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    tracker = ProcessTracker(runtime.pid)
+    stuck = _Unkillable()
+    real_members = tracker._members
+    monkeypatch.setattr(tracker, "_members", lambda: [*real_members(), stuck])
+    report = tracker.kill_all(timeout=0.2)
+    runtime.wait(10)
+    assert report.unkillable == [stuck.pid]
+    assert stuck.pid in report.signalled

@@ -1,7 +1,8 @@
 """Supervisor schema versions this supervisor can speak (reference ``airflow-langsdk.md`` §6.6).
 
 A worker resolves an artifact's ``supervisor_schema_version`` in its schema bundle before it
-launches anything, and refuses a version it does not know; the probe does the same.
+launches anything, and refuses a version it does not know; verification (and so ``verify``,
+``probe`` and a probe pod's init container) does the same.
 """
 
 from __future__ import annotations
@@ -28,5 +29,6 @@ def check_known_schema_version(artifact: str, version: str) -> None:
     if version not in KNOWN_SCHEMA_VERSIONS:
         raise UnknownSchemaVersion(
             f"{artifact} uses supervisor schema version {version!r}, which this supervisor "
-            f"does not know (known: {', '.join(KNOWN_SCHEMA_VERSIONS)})"
+            f"does not support (supported: {KNOWN_SCHEMA_VERSIONS[-1]} to "
+            f"{KNOWN_SCHEMA_VERSIONS[0]}: {', '.join(KNOWN_SCHEMA_VERSIONS)})"
         )
