@@ -34,12 +34,12 @@ READERS: dict[Language, Reader] = {
 }
 
 
-def _may_be_artifact(language: Language, name: str, size: int) -> bool:
+def _may_be_artifact(language: Language, rel_path: str, size: int) -> bool:
     """Cheap filter on name and size, so most unrelated files are never opened."""
     if language is Language.JAVA:
-        return name.endswith(java.SUFFIX)
+        return rel_path.endswith(java.SUFFIX)
     if language is Language.TYPESCRIPT:
-        return name.endswith(typescript.SUFFIX) and size >= len(typescript.LAYOUT_PREFIX)
+        return rel_path.endswith(typescript.SUFFIX) and size >= len(typescript.LAYOUT_PREFIX)
     return size >= go.FOOTER_SIZE
 
 
@@ -290,8 +290,8 @@ def list_candidates(
     now_ns = time.time_ns()
     for item in _walk(real_root, problems):
         stats.files_walked += 1
-        name = item.rel_path.rsplit("/", 1)[-1]
-        if not _may_be_artifact(language, name, item.stat.st_size):
+        # The suffix of the relative path is the file name's.
+        if not _may_be_artifact(language, item.rel_path, item.stat.st_size):
             continue
         key = ListingCache.key(language, item.stat)
         cached = cache.get(key, item.rel_path) if cache is not None else None

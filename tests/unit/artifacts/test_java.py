@@ -736,3 +736,13 @@ def test_declared_uncompressed_total_may_be_exactly_4_gib(tmp_path: Path) -> Non
     assert _verify_error(_jar_bytes(tmp_path, over, "y.jar")) == (
         "y.jar: entries declare 4294967297 uncompressed bytes, more than the 4294967296-byte limit"
     )
+
+
+def test_the_classpath_is_ordered_by_bundle_path_not_by_real_path(tmp_path: Path) -> None:
+    # "a/link.jar" -> "z/real.jar": the JVM sees it first, although its real path sorts last.
+    app = _handler_jar(tmp_path / "m", "app.jar")
+    real = write_jar(tmp_path / "z" / "real.jar", manifest={})
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "link.jar").symlink_to(real)
+    verified = verify_artifact(app, Language.JAVA, bundle_root=tmp_path)
+    assert verified.classpath == (real, app)

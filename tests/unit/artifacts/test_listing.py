@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -10,15 +11,24 @@ from pathlib import Path
 
 import pytest
 
+from taskhandler_operator.artifacts import go, listing
 from taskhandler_operator.artifacts.listing import (
     BundleRootError,
     ListingCache,
+    ListingProblem,
+    ListingStats,
+    WalkedFile,
     _CachedAnswer,
     list_candidates,
     walk_files,
 )
-from taskhandler_operator.artifacts.models import Language
-from taskhandler_operator.devenv.packers import write_go_bundle, write_jar, write_typescript_bundle
+from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile
+from taskhandler_operator.devenv.packers import (
+    GO_TRAILER,
+    write_go_bundle,
+    write_jar,
+    write_typescript_bundle,
+)
 
 BINARY = b"\x7fELF" + b"\x00" * 60
 HANDLER = {
@@ -175,7 +185,7 @@ _UNREADABLE_SCRIPT = """
 import json, os, sys
 from pathlib import Path
 from taskhandler_operator.artifacts.listing import list_candidates
-from taskhandler_operator.artifacts.models import Language
+from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile
 # Import first: the interpreter's own files may not be readable by nobody.
 os.setgid(65534)
 os.setuid(65534)
@@ -336,3 +346,63 @@ def test_a_name_that_is_not_utf8_is_a_problem_with_an_escaped_path(tmp_path: Pat
         ("bad-\\xff\\xfe", "its name is not valid UTF-8, skipped (rename it)")
     ]
     result.problems[0].rel_path.encode("utf-8")  # valid text
+
+
+def test_the_smallest_files_that_may_be_artifacts_are_read(tmp_path: Path) -> None:
+    # A bare 64-byte trailer is a Go candidate; 18 bytes of layout marker a TypeScript one.
+    trailer = GO_TRAILER.pack(0, 0, 1, bytes(32), bytes(12), b"AFBNDL01")
+    (tmp_path / "etl").write_bytes(trailer)
+    (tmp_path / "etl").chmod(0o755)
+    (tmp_path / "x.min.mjs").write_bytes(b"//# airflowBundle=")
+    assert [c.rel_path for c in list_candidates(tmp_path, Language.GO).candidates] == ["etl"]
+    (ts,) = list_candidates(tmp_path, Language.TYPESCRIPT).candidates
+    assert ts.error == "x.min.mjs: the layout line has no terminating newline"
+
+
+def test_bytes_read_add_up_over_files(tmp_path: Path) -> None:
+    write_go_bundle(tmp_path / "a", BINARY)
+    write_go_bundle(tmp_path / "b", BINARY)
+    stats = list_candidates(tmp_path, Language.GO).stats
+    assert stats.files_opened == 2
+    assert set(stats.bytes_by_file) == {"a", "b"}
+    assert stats.bytes_read == sum(stats.bytes_by_file.values()) > max(stats.bytes_by_file.values())
+
+
+def _walked(path: Path, rel_path: str) -> WalkedFile:
+    return WalkedFile(rel_path, str(path), path.stat())
+
+
+def test_a_file_that_cannot_be_opened_is_a_problem(tmp_path: Path) -> None:
+    # The walk's real path became a symlink before the open (O_NOFOLLOW refuses it).
+    target = write_go_bundle(tmp_path / "etl", BINARY)
+    walked = _walked(target, "bin/etl")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    problems: list[ListingProblem] = []
+    moved = WalkedFile("bin/etl", str(link), walked.stat)
+    assert listing._read(go.read_candidate, Language.GO, moved, ListingStats(), problems) is None
+    assert [(p.rel_path, p.message) for p in problems] == [
+        ("bin/etl", "cannot be opened (Too many levels of symbolic links)")
+    ]
+
+
+def test_a_read_error_is_a_problem_and_a_renamed_candidate_keeps_the_walked_path(
+    tmp_path: Path,
+) -> None:
+    target = write_go_bundle(tmp_path / "etl", BINARY)
+    problems: list[ListingProblem] = []
+
+    def failing(f: OpenFile, rel_path: str) -> Candidate | None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    result = listing._read(failing, Language.GO, _walked(target, "etl"), ListingStats(), problems)
+    assert result is None
+    assert [(p.rel_path, p.message) for p in problems] == [
+        ("etl", "cannot be read (Input/output error)")
+    ]
+
+    def renaming(f: OpenFile, rel_path: str) -> Candidate | None:
+        return Candidate("something else", f.size, "d")
+
+    read = listing._read(renaming, Language.GO, _walked(target, "etl"), ListingStats(), [])
+    assert read is not None and read[0] == Candidate("etl", target.stat().st_size, "d")
