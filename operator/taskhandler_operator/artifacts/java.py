@@ -442,6 +442,9 @@ def _check_entries(f: OpenFile, fail: Callable[[str], ArtifactVerificationError]
                 )
             for info in infos:
                 current = info.filename
+                if not current:
+                    # zipfile's own is_dir() fails on it (IndexError).
+                    raise fail("an entry has an empty name")
                 if info.is_dir():
                     continue
                 with archive.open(info) as member:
@@ -459,6 +462,7 @@ def _check_entries(f: OpenFile, fail: Callable[[str], ArtifactVerificationError]
         OverflowError,
         OSError,
         struct.error,
+        IndexError,
     ) as exc:
         raise fail(f"entry {quote(current)} is corrupt: {excerpt(str(exc))}") from None
     except RuntimeError as exc:  # zipfile's "encrypted, password required"

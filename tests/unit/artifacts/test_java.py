@@ -746,3 +746,9 @@ def test_the_classpath_is_ordered_by_bundle_path_not_by_real_path(tmp_path: Path
     (tmp_path / "a" / "link.jar").symlink_to(real)
     verified = verify_artifact(app, Language.JAVA, bundle_root=tmp_path)
     assert verified.classpath == (real, app)
+
+
+def test_an_entry_with_an_empty_name_is_refused(tmp_path: Path) -> None:
+    # Found by the property test: zipfile's ZipInfo.is_dir() raised IndexError on it.
+    archive = build_zip([ZipEntry(MF, MANIFEST), ZipEntry(b"", b"x")])
+    assert _verify_error(_jar_bytes(tmp_path, archive)) == "x.jar: an entry has an empty name"
