@@ -522,3 +522,19 @@ def test_listing_reads_the_digest_of_metadata_that_starts_the_file(tmp_path: Pat
     candidate = read_with(go.read_candidate, path)
     assert candidate is not None and candidate.cache_digest == "c2"
     assert _verify_error(path) == "etl: binary region is empty"
+
+
+def test_an_error_candidate_keeps_its_path(tmp_path: Path) -> None:
+    path = write_go_bundle(tmp_path / "etl", BINARY, footer_version=7)
+    candidate = read_with(go.read_candidate, path, "bin/etl")
+    assert candidate is not None
+    assert (candidate.rel_path, candidate.size_bytes) == ("bin/etl", path.stat().st_size)
+
+
+def test_a_yaml_error_quoting_a_long_tag_is_cut(tmp_path: Path) -> None:
+    # PyYAML puts the tag in the first line of its message; the tag is the artifact's text.
+    metadata = b"x: !" + b"t" * 500 + b" 1\n"
+    message = _verify_error(_bundle_with_metadata(tmp_path, metadata))
+    prefix = "etl: metadata region is not valid YAML ("
+    assert message.startswith(prefix + "could not determine a constructor for the tag '!ttt")
+    assert len(message) == len(prefix) + 200 + 1

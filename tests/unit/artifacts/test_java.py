@@ -752,3 +752,37 @@ def test_an_entry_with_an_empty_name_is_refused(tmp_path: Path) -> None:
     # Found by the property test: zipfile's ZipInfo.is_dir() raised IndexError on it.
     archive = build_zip([ZipEntry(MF, MANIFEST), ZipEntry(b"", b"x")])
     assert _verify_error(_jar_bytes(tmp_path, archive)) == "x.jar: an entry has an empty name"
+
+
+def test_a_dependency_that_is_not_a_file_gives_the_error_kind(tmp_path: Path) -> None:
+    assert java._manifest_or_reason(tmp_path) == (None, "cannot be read (IsADirectoryError)")
+
+
+def _jar_with_central_directory_of(size: int) -> bytes:
+    """A valid handler JAR whose central directory is exactly ``size`` bytes (folders with
+    long comments, which nothing reads)."""
+    head = [ZipEntry(MF, MANIFEST)]
+    base = len(build_zip(head)) - 22 - len(MANIFEST) - 30 - len(MF)  # the manifest's entry
+    per_folder = 46 + len(b"d0000/")
+    remaining = size - base
+    folders = []
+    index = 0
+    while remaining > 0:
+        comment = min(0xFFFF, remaining - per_folder)
+        folders.append(ZipEntry(f"d{index:04d}/".encode(), comment=b"\0" * comment))
+        remaining -= per_folder + comment
+        index += 1
+    archive = build_zip(head + folders)
+    cd_size = int.from_bytes(archive[-10:-6], "little")
+    assert cd_size == size, cd_size
+    return archive
+
+
+def test_the_central_directory_may_be_exactly_32_mib(tmp_path: Path) -> None:
+    limit = 32 << 20
+    exact = _jar_bytes(tmp_path, _jar_with_central_directory_of(limit))
+    assert verify_artifact(exact, Language.JAVA).main_class == HANDLER["Main-Class"]
+    over = _jar_bytes(tmp_path, _jar_with_central_directory_of(limit + 1), "y.jar")
+    assert _verify_error(over) == (
+        f"y.jar: its central directory is {limit + 1} bytes, more than the {limit}-byte limit"
+    )
