@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,11 +18,11 @@ import sqlalchemy as sa
 
 from taskhandler_operator.db.tables import ARTIFACT_TABLE, BINDING_TABLE, PROBLEM_TABLE
 from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.devenv.kubecluster.procs import free_port
 from taskhandler_operator.kube import names
+from tests.e2e.operator_env import events as bundle_events
+from tests.e2e.operator_env import get_bundle, run_command
 
 T = TypeVar("T")
-IMAGE = "registry.local/taskhandler-operator:e2e"
 
 
 @dataclass
@@ -85,37 +84,13 @@ def replica(
 ) -> Replica:
     """A replica under ``user``'s identity; replicas of one workdir share the revision store
     and the signing key file (as the pods of one Deployment share the chart's Secret)."""
-    kubeconfig = cluster.user_kubeconfig(user)
-    artifact_port, health_port, metrics_port = free_port(), free_port(), free_port()
     key = workdir / "signingKey"
     if not key.exists():
         key.write_text(os.urandom(32).hex())
-    env = {
-        **os.environ,
-        "THOP_DATABASE_URL": database,
-        "THOP_CLUSTER_ID": "e2e",
-        "THOP_NAMESPACES": namespace,
-        "THOP_REVISION_STORE": str(workdir / "revisions"),
-        "THOP_ARTIFACT_SERVER_BIND": f"127.0.0.1:{artifact_port}",
-        "THOP_ARTIFACT_SERVER_URL": f"http://127.0.0.1:{artifact_port}",
-        "THOP_RUNTIME_IMAGES__JAVA": "registry.local/taskhandler-operator-java:e2e",
-        "THOP_RUNTIME_IMAGES__TYPESCRIPT": "registry.local/taskhandler-operator-node:e2e",
-        "THOP_HEALTH_PORT": str(health_port),
-        "THOP_METRICS_PORT": str(metrics_port),
-        "THOP_LOG_FORMAT": "text",
-        "THOP_OPERATOR_IMAGE": IMAGE,
-        "THOP_SIGNING_KEY_FILE": str(key),
-        **extra,
-    }
-    script = Path(sys.executable).parent / "taskhandler-operator"
-    argv = [
-        str(script),
-        "run",
-        f"--kubeconfig={kubeconfig}",
-        f"--lease-namespace={namespace}",
-        "--health-host=127.0.0.1",
-    ]
-    return Replica(argv, env, workdir / f"operator-{name}")
+    command = run_command(
+        cluster, user, [namespace], database, workdir, THOP_SIGNING_KEY_FILE=str(key), **extra
+    )
+    return Replica(command.argv, command.env, workdir / f"operator-{name}")
 
 
 def wait_for(
@@ -137,8 +112,7 @@ def wait_for(
 
 
 def thb(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any]:
-    out = cluster.kubectl("get", "thb", name, "-n", namespace, "-o", "json")
-    return dict(json.loads(out.stdout))
+    return get_bundle(cluster, namespace, name)
 
 
 def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
@@ -165,18 +139,8 @@ def jobs_by_name(cluster: KubeCluster, namespace: str) -> dict[str, str]:
 
 
 def events(cluster: KubeCluster, namespace: str, name: str) -> list[str]:
-    out = cluster.kubectl(
-        "get",
-        "events.events.k8s.io",
-        "-n",
-        namespace,
-        "--field-selector",
-        f"regarding.name={name}",
-        "-o",
-        "json",
-    )
-    items = json.loads(out.stdout)["items"]
-    return [e["reason"] for e in items if e.get("reportingController") == names.MANAGER]
+    """The reasons of the operator's Events about the bundle."""
+    return [e["reason"] for e in bundle_events(cluster, namespace, name)]
 
 
 def reconcile_now(cluster: KubeCluster, namespace: str, name: str, token: str) -> None:

@@ -87,11 +87,26 @@ def prepare_namespace(cluster: KubeCluster, namespace: str) -> None:
     apply(cluster, secret)
 
 
-def start_operator(
-    cluster: KubeCluster, namespaces: Sequence[str], database: str, workdir: Path
-) -> Operator:
-    """``taskhandler-operator run`` watching ``namespaces`` (the Lease in the first)."""
-    kubeconfig = cluster.user_kubeconfig(OPERATOR_USER)
+@dataclass(frozen=True)
+class RunCommand:
+    """How to start ``taskhandler-operator run``: argv, environment and the health port."""
+
+    argv: list[str]
+    env: dict[str, str]
+    health_port: int
+
+
+def run_command(
+    cluster: KubeCluster,
+    user: str,
+    namespaces: Sequence[str],
+    database: str,
+    workdir: Path,
+    **extra: str,
+) -> RunCommand:
+    """``taskhandler-operator run`` under ``user``'s identity, watching ``namespaces`` (the Lease
+    in the first); ``extra`` adds or overrides ``THOP_*`` variables."""
+    kubeconfig = cluster.user_kubeconfig(user)
     artifact_port, health_port, metrics_port = free_port(), free_port(), free_port()
     env = {
         **os.environ,
@@ -108,8 +123,8 @@ def start_operator(
         "THOP_METRICS_PORT": str(metrics_port),
         "THOP_LOG_FORMAT": "text",
         "THOP_OPERATOR_IMAGE": IMAGE,
+        **extra,
     }
-    log = workdir / "operator.log"
     script = Path(sys.executable).parent / "taskhandler-operator"
     argv = [
         str(script),
@@ -118,9 +133,18 @@ def start_operator(
         f"--lease-namespace={namespaces[0]}",
         "--health-host=127.0.0.1",
     ]
+    return RunCommand(argv, env, health_port)
+
+
+def start_operator(
+    cluster: KubeCluster, namespaces: Sequence[str], database: str, workdir: Path
+) -> Operator:
+    """``taskhandler-operator run`` watching ``namespaces`` (the Lease in the first)."""
+    command = run_command(cluster, OPERATOR_USER, namespaces, database, workdir)
+    log = workdir / "operator.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
-    return Operator(proc, log, health_port)
+        proc = subprocess.Popen(command.argv, env=command.env, stdout=out, stderr=subprocess.STDOUT)
+    return Operator(proc, log, command.health_port)
 
 
 def git_bundle(
