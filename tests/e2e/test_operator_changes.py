@@ -191,7 +191,7 @@ def test_commits_change_exactly_what_they_touch(
     )
     published = condition(status, "BindingsPublished") or {}
     assert published["status"] == "False"
-    assert "1 stubs unbound" in published["message"], published
+    assert "1 stub unbound" in published["message"], published
     problems = [p for p in status["problems"] if p.get("kind") == "unbound"]
     assert [(p["dagId"], p["taskId"]) for p in problems] == [("orders_etl", "load")], status
     assert problems[0]["severity"] == "error" and problems[0]["message"], problems

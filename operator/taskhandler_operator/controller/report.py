@@ -137,7 +137,8 @@ def bundle_status(old: TaskHandlerBundleStatus, seen: Observation) -> TaskHandle
                 T.ARTIFACTS_PROBED,
                 S.TRUE,
                 "Probed",
-                f"{counts.candidates} artifacts: {counts.probed} probed, {counts.cached} reused",
+                f"{_count(counts.candidates, 'artifact')}: {counts.probed} probed, "
+                f"{counts.cached} reused",
             )
         errors = summary.errors
         unbound = [p for p in errors if p.task_id is not None]
@@ -147,7 +148,8 @@ def bundle_status(old: TaskHandlerBundleStatus, seen: Observation) -> TaskHandle
                 T.BINDINGS_PUBLISHED,
                 S.FALSE,
                 "StubsUnbound",
-                f"{len(errors)} problems, {len(unbound)} stubs unbound (first: {first}); see "
+                f"{_count(len(errors), 'problem')}, {_count(len(unbound), 'stub')} unbound "
+                f"(first: {first}); see "
                 "status.problems",
             )
         else:
@@ -155,7 +157,7 @@ def bundle_status(old: TaskHandlerBundleStatus, seen: Observation) -> TaskHandle
                 T.BINDINGS_PUBLISHED,
                 S.TRUE,
                 "Published",
-                f"{counts.bindings} bindings at revision {revision}",
+                f"{_count(counts.bindings, 'binding')} at revision {revision}",
             )
         ready_message = (
             f"{counts.bindings} bindings of {counts.handlers} task handlers at revision {revision}"
@@ -322,3 +324,8 @@ def transition_events(
     ):
         events.append(EventSpec("Normal", "BindingsPublished", published.message))
     return events
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 problem``, ``2 problems``: status messages are read by people."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
