@@ -136,7 +136,7 @@ class JobProber:
             )
             manifest = build_probe_job(job_request)
         except ValueError as exc:
-            return self._fail(rel, "NoProbeImage", str(exc))
+            return self._fail(rel, ProbeFailure.NO_PROBE_IMAGE.value, str(exc))
         name = str(manifest["metadata"]["name"])
         await self._take_slot(name)
         self.signals.expect(self.bundle.namespace, name)
