@@ -122,7 +122,11 @@ class JobProber:
         try:
             files = await self._files(request)
         except (OSError, ValueError) as exc:
-            return self._fail(rel, "ArtifactUnavailable", f"cannot serve the artifact: {exc}")
+            return self._fail(
+                rel,
+                ProbeFailure.ARTIFACT_UNAVAILABLE.value,
+                f"cannot serve the artifact: {exc}",
+            )
         target = ProbeTarget(rel, request.candidate.size_bytes, request.candidate.cache_digest)
         try:
             job_request = ProbeJobRequest.for_bundle(
