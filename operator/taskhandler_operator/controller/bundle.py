@@ -47,7 +47,7 @@ from taskhandler_operator.db.dag_bundle import DagBundleSync, dag_bundle_sync
 from taskhandler_operator.db.engine import DatabaseError
 from taskhandler_operator.db.writer import delete_bundle_rows
 from taskhandler_operator.kube import names
-from taskhandler_operator.kube.conditions import Reasoned, status_unchanged
+from taskhandler_operator.kube.conditions import Reason, Reasoned, status_unchanged
 from taskhandler_operator.kube.duration import parse_duration
 from taskhandler_operator.kube.probe_job import BundleIdentity
 from taskhandler_operator.kube.spec import DeletionPolicy, TaskHandlerBundleSpec
@@ -165,7 +165,7 @@ async def _reconcile(
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ()))
-        why = Reasoned("InvalidSpec", f"spec.{where}: {first.get('msg')}")
+        why = Reasoned(Reason.INVALID_SPEC, f"spec.{where}: {first.get('msg')}")
         new = _stalled_status(inputs, old, why)
         written = await _publish(inputs, runtime, memory, old, new)
         return PassReport(new, written, None, 300.0)

@@ -122,7 +122,11 @@ class JobProber:
         try:
             files = await self._files(request)
         except (OSError, ValueError) as exc:
-            return self._fail(rel, "ArtifactUnavailable", f"cannot serve the artifact: {exc}")
+            return self._fail(
+                rel,
+                ProbeFailure.ARTIFACT_UNAVAILABLE.value,
+                f"cannot serve the artifact: {exc}",
+            )
         target = ProbeTarget(rel, request.candidate.size_bytes, request.candidate.cache_digest)
         try:
             job_request = ProbeJobRequest.for_bundle(
@@ -136,7 +140,7 @@ class JobProber:
             )
             manifest = build_probe_job(job_request)
         except ValueError as exc:
-            return self._fail(rel, "NoProbeImage", str(exc))
+            return self._fail(rel, ProbeFailure.NO_PROBE_IMAGE.value, str(exc))
         name = str(manifest["metadata"]["name"])
         await self._take_slot(name)
         self.signals.expect(self.bundle.namespace, name)

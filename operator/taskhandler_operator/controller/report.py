@@ -31,7 +31,14 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from taskhandler_operator.db.dag_bundle import DagBundleSync
-from taskhandler_operator.kube.conditions import Reasoned, set_condition, summarize
+from taskhandler_operator.kube.conditions import (
+    EventReason,
+    Reason,
+    Reasoned,
+    set_condition,
+    summarize,
+)
+from taskhandler_operator.kube.probe_job import ProbeFailure
 from taskhandler_operator.kube.status import (
     ArtifactState,
     ArtifactStatus,
@@ -79,8 +86,10 @@ def previous_status(body: Mapping[str, Any] | None) -> TaskHandlerBundleStatus:
         return TaskHandlerBundleStatus()
 
 
-def _conflict_reason(error: OwnershipConflict) -> str:
-    return "QueueConflict" if error.reason == "QueueClaimed" else "BundleNameConflict"
+def _conflict_reason(error: OwnershipConflict) -> Reason:
+    if error.reason == "QueueClaimed":
+        return Reason.QUEUE_CONFLICT
+    return Reason.BUNDLE_NAME_CONFLICT
 
 
 def bundle_status(old: TaskHandlerBundleStatus, seen: Observation) -> TaskHandlerBundleStatus:
@@ -119,7 +128,7 @@ def bundle_status(old: TaskHandlerBundleStatus, seen: Observation) -> TaskHandle
         revision = summary.revision
         update["revision"] = revision
         update["published_revision"] = revision
-        put(T.SOURCE_READY, S.TRUE, "Synced", f"revision {revision}")
+        put(T.SOURCE_READY, S.TRUE, Reason.SYNCED, f"revision {revision}")
         counts = summary.counts
         broken = counts.failed + counts.rejected
         if broken:
@@ -128,7 +137,7 @@ def bundle_status(old: TaskHandlerBundleStatus, seen: Observation) -> TaskHandle
             put(
                 T.ARTIFACTS_PROBED,
                 S.FALSE,
-                "ArtifactsFailed",
+                Reason.ARTIFACTS_FAILED,
                 f"{broken} of {counts.candidates} artifacts gave no answer ({shown}); see "
                 "status.artifacts for why; the other artifacts' bindings are published",
             )
@@ -136,7 +145,7 @@ def bundle_status(old: TaskHandlerBundleStatus, seen: Observation) -> TaskHandle
             put(
                 T.ARTIFACTS_PROBED,
                 S.TRUE,
-                "Probed",
+                Reason.PROBED,
                 f"{_count(counts.candidates, 'artifact')}: {counts.probed} probed, "
                 f"{counts.cached} reused",
             )
@@ -147,7 +156,7 @@ def bundle_status(old: TaskHandlerBundleStatus, seen: Observation) -> TaskHandle
             put(
                 T.BINDINGS_PUBLISHED,
                 S.FALSE,
-                "StubsUnbound",
+                Reason.STUBS_UNBOUND,
                 f"{_count(len(errors), 'problem')}, {_count(len(unbound), 'stub')} unbound "
                 f"(first: {first}); see "
                 "status.problems",
@@ -156,7 +165,7 @@ def bundle_status(old: TaskHandlerBundleStatus, seen: Observation) -> TaskHandle
             put(
                 T.BINDINGS_PUBLISHED,
                 S.TRUE,
-                "Published",
+                Reason.PUBLISHED,
                 f"{_count(counts.bindings, 'binding')} at revision {revision}",
             )
         ready_message = (
@@ -180,7 +189,7 @@ def bundle_status(old: TaskHandlerBundleStatus, seen: Observation) -> TaskHandle
         # A later step failed: the source is fine; the counts and lists of the last good pass
         # stay, as its bindings stay in the database.
         update["revision"] = seen.synced_revision
-        put(T.SOURCE_READY, S.TRUE, "Synced", f"revision {seen.synced_revision}")
+        put(T.SOURCE_READY, S.TRUE, Reason.SYNCED, f"revision {seen.synced_revision}")
     if seen.dag_bundle is not None and outcome is not None:
         found = seen.dag_bundle
         put(T.DAG_BUNDLE_IN_SYNC, S(found.status), found.reason, found.message)
@@ -215,7 +224,7 @@ def _artifacts(outcome: PassOutcome, codes: Mapping[str, str]) -> list[ArtifactS
             ArtifactStatus(
                 path=candidate.rel_path,
                 state=ArtifactState.REJECTED,
-                reason="ArtifactRefused",
+                reason=ProbeFailure.ARTIFACT_REFUSED,
                 message=candidate.error or "unreadable",
             )
         )
@@ -224,7 +233,7 @@ def _artifacts(outcome: PassOutcome, codes: Mapping[str, str]) -> list[ArtifactS
             ArtifactStatus(
                 path=failure.rel_path,
                 state=ArtifactState.FAILED,
-                reason=codes.get(failure.rel_path, "ProbeFailed"),
+                reason=codes.get(failure.rel_path, ProbeFailure.PROBE_FAILED),
                 message=failure.reason,
             )
         )
@@ -285,7 +294,9 @@ def transition_events(
     """The Events a change from ``old`` to ``new`` deserves (none for an unchanged pass)."""
     events: list[EventSpec] = []
     if new.revision and new.revision != old.revision:
-        events.append(EventSpec("Normal", "NewRevision", f"synced revision {new.revision}"))
+        events.append(
+            EventSpec("Normal", EventReason.NEW_REVISION, f"synced revision {new.revision}")
+        )
     old_stalled, new_stalled = _cond(old, T.STALLED), _cond(new, T.STALLED)
     if new_stalled is not None and (
         old_stalled is None or old_stalled.reason != new_stalled.reason
@@ -293,7 +304,7 @@ def transition_events(
         events.append(EventSpec("Warning", new_stalled.reason, new_stalled.message))
     for type_ in (T.SOURCE_READY, T.BINDINGS_PUBLISHED, T.ARTIFACTS_PROBED):
         before, after = _cond(old, type_), _cond(new, type_)
-        if after is None or after.status != S.FALSE or after.reason in ("ArtifactsFailed",):
+        if after is None or after.status != S.FALSE or after.reason == Reason.ARTIFACTS_FAILED:
             continue
         if before is None or before.status != S.FALSE or before.reason != after.reason:
             events.append(EventSpec("Warning", after.reason, after.message))
@@ -306,11 +317,15 @@ def transition_events(
             or (drift_before.reason, drift_before.message) != ("Drift", drift.message)
         )
     ):
-        events.append(EventSpec("Warning", "DagBundleDrift", drift.message))
+        events.append(EventSpec("Warning", EventReason.DAG_BUNDLE_DRIFT, drift.message))
     before_failed = _failed(old)
     for path, item in sorted(_failed(new).items()):
         if path not in before_failed or before_failed[path].message != item.message:
-            reason = "ProbeFailed" if item.state is ArtifactState.FAILED else "ArtifactRejected"
+            reason = (
+                EventReason.PROBE_FAILED
+                if item.state is ArtifactState.FAILED
+                else EventReason.ARTIFACT_REJECTED
+            )
             events.append(EventSpec("Warning", reason, f"{path}: {item.message or item.reason}"))
     published = _cond(new, T.BINDINGS_PUBLISHED)
     if (
@@ -322,7 +337,7 @@ def transition_events(
             or (_cond(old, T.BINDINGS_PUBLISHED) or published).status != S.TRUE
         )
     ):
-        events.append(EventSpec("Normal", "BindingsPublished", published.message))
+        events.append(EventSpec("Normal", EventReason.BINDINGS_PUBLISHED, published.message))
     return events
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from taskhandler_operator.controller.kubeapi import KubeApi, KubeApiError, NotFound
+from taskhandler_operator.kube.conditions import Reason
 from taskhandler_operator.reconcile.errors import PassError
 from taskhandler_operator.reconcile.models import BundleSpec, SyncedRevision
 from taskhandler_operator.sources.errors import SourceError
@@ -82,14 +83,14 @@ class KubeSyncer:
                 raise SourceSyncFailed(
                     f"the Secret {secret!r} named by spec.source.{kind}.secretRef does not exist "
                     f"in namespace {self.namespace}; create it or fix secretRef",
-                    reason="SecretNotFound",
+                    reason=Reason.SECRET_NOT_FOUND,
                     kind="secret_not_found",
                     retryable=True,
                 ) from None
             except KubeApiError as exc:
                 raise SourceSyncFailed(
                     f"cannot read the Secret {secret!r}: {exc}",
-                    reason="SecretUnreadable",
+                    reason=Reason.SECRET_UNREADABLE,
                     kind="secret_unreadable",
                     retryable=True,
                 ) from None

@@ -37,6 +37,7 @@ from taskhandler_operator.kube.status import (
 
 __all__ = [
     "DOMAIN_CONDITIONS",
+    "EventReason",
     "Reason",
     "Reasoned",
     "find_condition",
@@ -55,11 +56,50 @@ _ORDER = {t.value: i for i, t in enumerate(ConditionType)}
 
 
 class Reason(StrEnum):
-    """The reasons :func:`summarize` writes itself; the others come from the domain conditions."""
+    """Every condition reason the operator writes, but for two families kept with their cause.
 
+    A failed sync's reason is its ``SourceError`` subclass' ``reason``
+    (:mod:`taskhandler_operator.sources.errors`); ``DagBundleInSync``'s is
+    :data:`taskhandler_operator.db.dag_bundle.SyncReason`. docs/operations.md's troubleshooting
+    table lists each with its fix; a unit test fails when the two disagree.
+    """
+
+    # Ready and Reconciling: written by summarize itself.
     SUCCEEDED = "Succeeded"
     PROGRESSING = "Progressing"
     PROGRESSING_WITH_RETRY = "ProgressingWithRetry"
+    # SourceReady.
+    SYNCED = "Synced"
+    SOURCE_UNAVAILABLE = "SourceUnavailable"
+    SECRET_NOT_FOUND = "SecretNotFound"  # noqa: S105 - a reason, not a secret
+    SECRET_UNREADABLE = "SecretUnreadable"  # noqa: S105 - a reason, not a secret
+    LISTING_FAILED = "ListingFailed"
+    # ArtifactsProbed.
+    PROBED = "Probed"
+    ARTIFACTS_FAILED = "ArtifactsFailed"
+    PROBER_FAILED = "ProberFailed"
+    # BindingsPublished.
+    PUBLISHED = "Published"
+    STUBS_UNBOUND = "StubsUnbound"
+    DATABASE_UNAVAILABLE = "DatabaseUnavailable"
+    TRANSACTION_CONFLICT = "TransactionConflict"
+    DATABASE_ERROR = "DatabaseError"
+    INTERNAL_ERROR = "InternalError"
+    # Stalled (Ready False with the same reason).
+    INVALID_SPEC = "InvalidSpec"
+    BUNDLE_NAME_CONFLICT = "BundleNameConflict"
+    QUEUE_CONFLICT = "QueueConflict"
+
+
+class EventReason(StrEnum):
+    """Reasons of the Events that report something other than a condition turning False (such
+    an Event takes the condition's reason)."""
+
+    NEW_REVISION = "NewRevision"
+    BINDINGS_PUBLISHED = "BindingsPublished"
+    DAG_BUNDLE_DRIFT = "DagBundleDrift"
+    PROBE_FAILED = "ProbeFailed"
+    ARTIFACT_REJECTED = "ArtifactRejected"
 
 
 @dataclass(frozen=True)

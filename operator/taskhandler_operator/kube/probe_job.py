@@ -476,6 +476,9 @@ class ProbeFailure(StrEnum):
     JOB_DELETED = "JobDeleted"  # the Job disappeared before its result was read
     INVALID_SUMMARY = "InvalidSummary"  # exit 0 but the termination message is not a summary
     RESULT_REJECTED = "ResultRejected"  # the log's result does not match the summary's sha256
+    ARTIFACT_UNAVAILABLE = "ArtifactUnavailable"  # the operator cannot serve it: no Job created
+    NO_PROBE_IMAGE = "NoProbeImage"  # no image runs the bundle's language: no Job was created
+    PROBE_FAILED = "ProbeFailed"  # no finer reason, e.g. an answer the database cannot store
 
 
 @dataclass(frozen=True)

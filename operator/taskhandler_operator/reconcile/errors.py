@@ -30,6 +30,7 @@ from typing import Literal
 
 from taskhandler_operator.db.claims import BundleClaimed, ClaimError, QueueClaimed
 from taskhandler_operator.db.engine import DatabaseError, DatabaseUnavailable, TransactionConflict
+from taskhandler_operator.kube.conditions import Reason
 from taskhandler_operator.reconcile.models import StepName
 
 Component = Literal["source", "database", "ownership", "prober", "operator"]
@@ -38,12 +39,14 @@ Component = Literal["source", "database", "ownership", "prober", "operator"]
 class PassError(Exception):
     component: Component = "operator"
     retryable = True
+    #: The condition reason when the raiser names none.
+    default_reason: str = Reason.INTERNAL_ERROR
 
     def __init__(self, step: StepName, message: str, *, reason: str | None = None) -> None:
         super().__init__(message)
         self.step = step
         self.message = message
-        self.reason = reason or type(self).__name__
+        self.reason = reason or self.default_reason
 
     def __str__(self) -> str:
         return f"{self.step}: {self.message}"
@@ -53,11 +56,12 @@ class SourceFailed(PassError):
     component: Component = "source"
 
     def __init__(self, step: StepName, message: str) -> None:
-        super().__init__(step, message, reason="SourceUnavailable")
+        super().__init__(step, message, reason=Reason.SOURCE_UNAVAILABLE)
 
 
 class ListingFailed(PassError):
     component: Component = "source"
+    default_reason = Reason.LISTING_FAILED
 
 
 class DatabaseFailed(PassError):
@@ -65,11 +69,11 @@ class DatabaseFailed(PassError):
 
     def __init__(self, step: StepName, error: DatabaseError) -> None:
         if isinstance(error, DatabaseUnavailable):
-            reason = "DatabaseUnavailable"
+            reason = Reason.DATABASE_UNAVAILABLE
         elif isinstance(error, TransactionConflict):
-            reason = "TransactionConflict"
+            reason = Reason.TRANSACTION_CONFLICT
         else:
-            reason = "DatabaseError"
+            reason = Reason.DATABASE_ERROR
         super().__init__(step, str(error), reason=reason)
         self.retryable = error.retryable
 
@@ -86,6 +90,7 @@ class OwnershipConflict(PassError):
 
 class ProberFailed(PassError):
     component: Component = "prober"
+    default_reason = Reason.PROBER_FAILED
 
 
 class InternalError(PassError):
