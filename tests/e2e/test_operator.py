@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from prometheus_client.parser import text_string_to_metric_families
 
 from taskhandler_operator.db.engine import create_engine
 from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
@@ -134,6 +136,14 @@ def test_three_languages_become_ready_and_resolve(
     assert status["publishedRevision"] == status["revision"]
     assert status["observedGeneration"] == 1
 
+    # The metrics the chart's alerts read: Ready, finished probes, no Job still counted running.
+    samples = scrape(operator)
+    for language in ARTIFACTS:
+        b = (namespace, f"orders-{language}")
+        assert samples[("taskhandler_operator_bundle_ready", *b, "")] == 1.0, samples
+        assert samples[("taskhandler_operator_probes_total", *b, "accepted")] == 1.0, samples
+        assert samples[("taskhandler_operator_probe_jobs_running", *b, "")] == 0.0, samples
+
     # A commit that changes nothing under the bundles' paths: a pass reuses every answer.
     repo.commit({"README.md": "docs only"}, "docs")
     kube_cluster.kubectl(
@@ -172,3 +182,16 @@ def test_three_languages_become_ready_and_resolve(
     )["items"]
     reasons = sorted(e["reason"] for e in events if e.get("reportingController") == names.MANAGER)
     assert reasons == ["BindingsPublished", "BindingsPublished", "NewRevision", "NewRevision"]
+
+
+def scrape(operator: Operator) -> dict[tuple[str, str, str, str], float]:
+    """The operator's per-bundle samples: (name, namespace, bundle, outcome) -> value."""
+    url = f"http://127.0.0.1:{operator.health_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    return {
+        (s.name, s.labels["namespace"], s.labels["name"], s.labels.get("outcome", "")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if "namespace" in s.labels and "name" in s.labels
+    }

@@ -47,11 +47,16 @@ from taskhandler_operator.db.dag_bundle import DagBundleSync, dag_bundle_sync
 from taskhandler_operator.db.engine import DatabaseError
 from taskhandler_operator.db.writer import delete_bundle_rows
 from taskhandler_operator.kube import names
-from taskhandler_operator.kube.conditions import Reason, Reasoned, status_unchanged
+from taskhandler_operator.kube.conditions import (
+    Reason,
+    Reasoned,
+    find_condition,
+    status_unchanged,
+)
 from taskhandler_operator.kube.duration import parse_duration
 from taskhandler_operator.kube.probe_job import BundleIdentity
 from taskhandler_operator.kube.spec import DeletionPolicy, TaskHandlerBundleSpec
-from taskhandler_operator.kube.status import TaskHandlerBundleStatus
+from taskhandler_operator.kube.status import ConditionType, TaskHandlerBundleStatus
 from taskhandler_operator.reconcile.errors import OwnershipConflict, PassError
 from taskhandler_operator.reconcile.models import BundleSpec
 from taskhandler_operator.reconcile.steps import PassOutcome, PassPorts, run_pass
@@ -316,6 +321,10 @@ async def _publish(
     new: TaskHandlerBundleStatus,
 ) -> bool:
     """Write ``new`` if it differs from the stored status; post the transitions' Events."""
+    ready = find_condition(new.conditions, ConditionType.READY.value)
+    runtime.metrics.set_ready(
+        inputs.namespace, inputs.name, ready is not None and ready.status == "True"
+    )
     stored = memory.last_status if memory.last_status is not None else inputs.status
     if status_unchanged(stored, new):
         return False

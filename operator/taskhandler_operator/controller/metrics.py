@@ -69,6 +69,12 @@ class Metrics:
             BUNDLE_LABELS,
             registry=r,
         )
+        self.ready = Gauge(
+            f"{PREFIX}_bundle_ready",
+            "1 while the bundle's Ready condition is True, else 0 (suspended, stalled, failing).",
+            BUNDLE_LABELS,
+            registry=r,
+        )
         self.bindings = Gauge(
             f"{PREFIX}_bindings",
             "Binding rows (dag_id, task_id) -> artifact the bundle has published.",
@@ -102,6 +108,7 @@ class Metrics:
             self.reconcile_duration,
             self.probes,
             self.jobs_running,
+            self.ready,
             self.bindings,
             self.last_success,
             self.source_errors,
@@ -116,6 +123,9 @@ class Metrics:
 
     def set_jobs_running(self, namespace: str, name: str, count: int) -> None:
         self.jobs_running.labels(namespace, name).set(count)
+
+    def set_ready(self, namespace: str, name: str, ready: bool) -> None:
+        self.ready.labels(namespace, name).set(1 if ready else 0)
 
     def set_bindings(self, namespace: str, name: str, count: int) -> None:
         self.bindings.labels(namespace, name).set(count)

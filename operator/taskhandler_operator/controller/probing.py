@@ -26,6 +26,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 from taskhandler_operator.artifacts.models import Language
 from taskhandler_operator.controller.backoff import BundleKey, JobSlots
@@ -112,6 +113,8 @@ class JobProber:
     poll_seconds: float = POLL_SECONDS
     codes: dict[str, str] = field(default_factory=dict)
     jobs_created: list[str] = field(default_factory=list)
+    running: int = 0
+    """Jobs created or adopted by this pass whose result is awaited (the running-Jobs gauge)."""
 
     @property
     def key(self) -> BundleKey:
@@ -152,11 +155,19 @@ class JobProber:
             else:
                 log.info("probe Job %s adopted for %s", name, rel)
             limit = active_deadline_seconds(job_request) + 120
-            return await self._await_result(name, rel, limit)
+            self._count_running(+1)
+            try:
+                return await self._await_result(name, rel, limit)
+            finally:
+                self._count_running(-1)
         finally:
             self.slots.release(self.key, name)
             self.signals.forget(self.bundle.namespace, name)
             self.signals.freed.set()
+
+    def _count_running(self, step: int) -> None:
+        self.running += step
+        self.metrics.set_jobs_running(self.bundle.namespace, self.bundle.name, self.running)
 
     # --- steps ---------------------------------------------------------------------------------
 
@@ -264,9 +275,16 @@ class JobProber:
         retryable: bool = False,
     ) -> ProbeFailed:
         self.codes[rel] = code
-        outcome = "rejected" if code == ProbeFailure.ARTIFACT_REFUSED.value else "failed"
+        outcome = _OUTCOMES.get(code, "failed")
         self.metrics.count_probe(self.bundle.namespace, self.bundle.name, outcome)
         return ProbeFailed(rel, message, retryable=retryable, summary=summary)  # type: ignore[arg-type]
+
+
+# The probes counter's outcome per failure code; the rest are "failed".
+_OUTCOMES: Final = {
+    ProbeFailure.ARTIFACT_REFUSED.value: "rejected",
+    ProbeFailure.DEADLINE_EXCEEDED.value: "timed_out",
+}
 
 
 def _jars(root: Path) -> list[str]:

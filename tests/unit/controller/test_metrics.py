@@ -37,6 +37,8 @@ def test_counters_and_gauges(metrics: Metrics) -> None:
     metrics.count_probe("ns", "go", "timed_out")
     metrics.set_jobs_running("ns", "go", 3)
     metrics.set_bindings("ns", "go", 42)
+    metrics.set_ready("ns", "go", True)
+    metrics.set_ready("ns", "java", False)
     metrics.mark_synced("ns", "go")
     metrics.count_source_error("ns", "go", "git", "unreachable")
     metrics.count_artifact_request("ok")
@@ -47,6 +49,8 @@ def test_counters_and_gauges(metrics: Metrics) -> None:
     assert value(metrics, "probes_total", **b, outcome="timed_out") == 1
     assert value(metrics, "probe_jobs_running", **b) == 3
     assert value(metrics, "bindings", **b) == 42
+    assert value(metrics, "bundle_ready", **b) == 1
+    assert value(metrics, "bundle_ready", namespace="ns", name="java") == 0
     assert value(metrics, "last_successful_sync_timestamp_seconds", **b) == 1_700_000_000.0
     assert value(metrics, "source_errors_total", **b, source="git", kind="unreachable") == 1
     assert value(metrics, "artifact_server_requests_total", outcome="ok") == 1
