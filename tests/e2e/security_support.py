@@ -143,6 +143,8 @@ def restriction_problems(pod_spec: Mapping[str, Any], probe_account: str) -> lis
 
     need(pod_spec.get("automountServiceAccountToken") is False, "automountServiceAccountToken")
     need(pod_spec.get("serviceAccountName") == probe_account, "serviceAccountName")
+    # Service links would hand every pod the addresses of the namespace's Services.
+    need(pod_spec.get("enableServiceLinks") is False, "enableServiceLinks")
     for host in ("hostNetwork", "hostPID", "hostIPC"):
         need(not pod_spec.get(host), host)
     pod_security = pod_spec.get("securityContext") or {}
