@@ -328,6 +328,19 @@ def test_probe_pods_are_restricted_tokenless_and_no_secret_leaks(
                     "logs", pod["metadata"]["name"], "-c", container, "-n", namespace, check=False
                 )
                 places[f"log of {pod['metadata']['name']}/{container}"] = logs.stdout
+        for path in ("/metrics", "/healthz", "/readyz"):  # unauthenticated endpoints
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{op.health_port}{path}", timeout=30
+            ) as r:
+                places[path] = r.read().decode(errors="replace")
+        assert "taskhandler_operator_leader 1.0" in places["/metrics"]
+        # The revision store on disk (a PVC in a cluster, served to probe pods): no credential
+        # kept in a git config, a remote URL or anywhere else.
+        stored = [p for p in (workdir / "revisions").rglob("*") if p.is_file()]
+        assert len(stored) >= 2, stored
+        places["revision store"] = "\n".join(
+            p.read_bytes().decode(errors="replace") + str(p) for p in stored
+        )
         found_in = {where: leaks(text, everything) for where, text in places.items()}
         assert {k: v for k, v in found_in.items() if v} == {}
         # The failures were logged (so the log had the chance to leak), and nothing stopped.
