@@ -13,9 +13,11 @@ probe Job for each language).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from taskhandler_operator.artifacts.models import Language
 from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
@@ -145,6 +147,42 @@ def test_probe_pods_reach_only_the_artifact_server_and_dns(
         ARTIFACT_PORT,
     )
     assert not allowed(policies, Endpoint.pod("team-z", {"app": "x"}), ops, ARTIFACT_PORT)
+
+
+def test_dns_is_port_53_to_the_peers_the_values_name(
+    render: Render, kube_namespace: str, tmp_path: Path
+) -> None:
+    kube_dns = {"k8s-app": "kube-dns"}
+    elsewhere = Endpoint.pod("team-z", {"app": "dns-lookalike"})
+    default = [o for o in render() if o["kind"] == "NetworkPolicy"]
+    probe = probe_pod(kube_namespace)
+    # The default: port 53 to any pod (the documented exception), never to an address outside.
+    assert allowed(default, probe, elsewhere, 53, "UDP")
+    assert not allowed(default, probe, Endpoint.host("8.8.8.8"), 53, "UDP")
+    values = tmp_path / "dns.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "networkPolicy": {
+                    "dnsTo": [
+                        {
+                            "namespaceSelector": {
+                                "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
+                            },
+                            "podSelector": {"matchLabels": kube_dns},
+                        }
+                    ]
+                }
+            }
+        )
+    )
+    objects = render("-f", str(values))
+    tight = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    for proto in ("UDP", "TCP"):
+        assert allowed(tight, probe, Endpoint.pod("kube-system", kube_dns), 53, proto)
+        assert not allowed(tight, probe, elsewhere, 53, proto)
+        assert not allowed(tight, probe, Endpoint.pod("kube-system", {"app": "x"}), 53, proto)
+    assert reachable(tight, probe, operator_pod(objects, kube_namespace)) == ONLY_ARTIFACTS_AND_DNS
 
 
 def test_namespaced_mode_puts_the_policy_in_every_watched_namespace(
