@@ -141,7 +141,18 @@ def test_probe_pods_are_restricted_tokenless_and_no_secret_leaks(
     wrong_token = planted("wrong-token")
     wrong_s3 = planted("wrong-s3-secret")
     userinfo = planted("userinfo")
-    secrets_ = [PLANTED_TOKEN, S3_SECRET_KEY, db_password, wrong_token, wrong_s3, userinfo]
+    s3_userinfo = planted("s3-userinfo")
+    presigned = planted("presigned")
+    secrets_ = [
+        PLANTED_TOKEN,
+        S3_SECRET_KEY,
+        db_password,
+        wrong_token,
+        wrong_s3,
+        userinfo,
+        s3_userinfo,
+        presigned,
+    ]
     everything = [*secrets_, PLANTED_PASSWORD]  # the namespace fixture's git Secret as well
     database = password_role(pg_server, migrated, db_password)
 
@@ -208,29 +219,48 @@ def test_probe_pods_are_restricted_tokenless_and_no_secret_leaks(
                 queues=["sec-inline"],
             )
             del inline["spec"]["source"]["git"]["secretRef"]
-            applied = kube_cluster.kubectl(
-                "apply", "-f", "-", input=json.dumps(inline), check=False
+            s3_inline = s3_bundle(namespace, "sec-s3-inline", s3_server, bucket, "s3-auth")
+            s3_inline["spec"]["source"]["s3"]["endpoint"] = s3_server.endpoint.replace(
+                "http://", f"http://{S3_ACCESS_KEY}:{s3_userinfo}@"
             )
-            assert not leaks(applied.stdout + applied.stderr, [userinfo]), applied.stderr
+            del s3_inline["spec"]["source"]["s3"]["secretRef"]
+            # A presigned-style URL (the secret in the query) to a file that is not there.
+            query = git_bundle(
+                namespace, "sec-query", language="go", url=url, path="go", queues=["sec-query"]
+            )
+            query["spec"]["source"] = {
+                "http": {
+                    "url": f"{source_http.base}/files/absent/b.tgz?X-Amz-Signature={presigned}",
+                    "sha256": "0" * 64,
+                    "secretRef": {"name": "git-token"},
+                }
+            }
+            apply(kube_cluster, query)
+            for invalid in (inline, s3_inline):
+                applied = kube_cluster.kubectl(
+                    "apply", "-f", "-", input=json.dumps(invalid), check=False
+                )
+                # The CRD takes any string as a URL: the operator must refuse it, quietly.
+                assert applied.returncode == 0, applied.stderr
+                assert not leaks(applied.stdout + applied.stderr, everything), applied.stderr
             failed = {
                 name: wait_status(
                     kube_cluster, namespace, name, op, "SourceReady=False", source_failed
                 )
-                for name in ("sec-wrong", "sec-s3-wrong")
+                for name in ("sec-wrong", "sec-s3-wrong", "sec-query")
             }
-            # The CRD takes any string as a URL: the operator must refuse it, quietly.
-            assert applied.returncode == 0, applied.stderr
-            failed["sec-inline"] = wait_status(
-                kube_cluster,
-                namespace,
-                "sec-inline",
-                op,
-                "Stalled",
-                lambda s: (condition(s, "Stalled") or {}).get("status") == "True",
-            )
-            stalled = condition(failed["sec-inline"], "Stalled") or {}
-            assert stalled.get("reason") == "InvalidSpec", stalled
-            assert "credentials" in stalled.get("message", ""), stalled
+            for name in ("sec-inline", "sec-s3-inline"):
+                failed[name] = wait_status(
+                    kube_cluster,
+                    namespace,
+                    name,
+                    op,
+                    "Stalled",
+                    lambda s: (condition(s, "Stalled") or {}).get("status") == "True",
+                )
+                stalled = condition(failed[name], "Stalled") or {}
+                assert stalled.get("reason") == "InvalidSpec", stalled
+                assert "credentials" in stalled.get("message", ""), stalled
             for name in ("sec-wrong", "sec-s3-wrong"):
                 reason = (condition(failed[name], "SourceReady") or {}).get("reason")
                 assert reason == "AuthenticationFailed", (name, failed[name])
@@ -283,9 +313,13 @@ def test_probe_pods_are_restricted_tokenless_and_no_secret_leaks(
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             found = kubectl_json(
-                kube_cluster, "events", "-n", namespace,
-                "--field-selector", "involvedObject.name=unrestricted-control",
-            )["items"]  # fmt: skip
+                kube_cluster,
+                "events",
+                "-n",
+                namespace,
+                "--field-selector",
+                "involvedObject.name=unrestricted-control",
+            )["items"]
             failed_create = [e for e in found if e["reason"] == "FailedCreate"]
             if failed_create:
                 break
@@ -344,7 +378,7 @@ def test_probe_pods_are_restricted_tokenless_and_no_secret_leaks(
         found_in = {where: leaks(text, everything) for where, text in places.items()}
         assert {k: v for k, v in found_in.items() if v} == {}
         # The failures were logged (so the log had the chance to leak), and nothing stopped.
-        for name in ("sec-wrong", "sec-s3-wrong", "sec-inline"):
+        for name in ("sec-wrong", "sec-s3-wrong", "sec-inline", "sec-s3-inline", "sec-query"):
             assert name in places["operator log"], name
         assert op.proc.poll() is None, op.tail()
 
