@@ -226,14 +226,16 @@ def test_a_double_forked_grandchild_is_adopted_found_killed_and_reaped() -> None
 
 
 def test_without_adoption_the_double_forked_grandchild_is_missed() -> None:
-    # What the driver saw before it became a subreaper: the escape goes unnoticed.
+    # What the driver saw before it became a subreaper: the escape goes unnoticed. The tracker
+    # first looks once the shell is gone; a look while the grandchild was still the shell's
+    # child would have seen it, and a member once seen is followed (a race under load).
     proc = subprocess.Popen(
         ["sh", "-c", DOUBLE_FORK], stdout=subprocess.PIPE, text=True, start_new_session=True
     )
-    tracker = ProcessTracker(proc.pid)
     assert proc.stdout is not None
     grandchild = int(proc.stdout.readline())
     proc.wait(10)
+    tracker = ProcessTracker(proc.pid)
     try:
         assert tracker.survivors() == []
     finally:
