@@ -1,5 +1,5 @@
 # taskhandler-operator developer entry points.
-#   make demo   run the product end to end on the embedded default
+#   make demo   install the chart on a local control plane and bind three example bundles
 #   make test   lint, type-check, then the whole test suite (what .ci/run calls)
 # Every target installs what it needs, idempotently.
 
@@ -40,8 +40,10 @@ airflow-venv:
 node-venv: system-deps
 	@bash hack/node-venv.sh >/dev/null
 
-demo: venv system-deps airflow-venv
-	$(BIN)/python hack/demo.py
+# The script itself builds what else it needs (Kubernetes binaries, Airflow side venv, node venv,
+# test runtimes), after stating the one-time cost and with progress shown.
+demo: venv system-deps
+	$(BIN)/python hack/demo.py $(DEMO_ARGS)
 
 lint: venv
 	$(BIN)/ruff check operator tests benchmarks hack

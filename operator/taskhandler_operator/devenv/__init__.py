@@ -14,6 +14,8 @@ installs:
   hold them;
 * :mod:`.chart_install`: the chart's values for a release on the test control plane's process
   node (free host ports, loopback artifact URL, the image the node runs from the venv);
+* :mod:`.git_server`: a git (and file) server over HTTP on loopback (:mod:`.http_server` run
+  as its own process) and repositories to commit to;
 * :mod:`.scratch`: where throwaway servers keep their data (tmpfs when roomy).
 
 The pytest plugins in ``tests/fixtures/`` turn these into fixtures.

@@ -4,7 +4,9 @@ The install test and the demo install the chart with the real helm; only what th
 lacks is set here. Pods there share the host's network and have no cluster DNS, so the ports
 must be free host ports and probe pods download from the loopback artifact port. The image's
 name contains ``taskhandler-operator``, which the node runs from the project's venv, so the
-chart's own command and arguments run this checkout's code.
+chart's own command and arguments run this checkout's code; the Java and TypeScript probe
+images are named so too (their probe driver is the same command, the runtime the host's
+``java`` or ``node``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ from typing import Final
 CHART: Final = Path(__file__).resolve().parents[3] / "charts" / "taskhandler-operator"
 IMAGE_REPOSITORY: Final = "registry.local/taskhandler-operator"
 IMAGE_TAG: Final = "dev"
+PROBE_IMAGES: Final = {
+    "java": f"{IMAGE_REPOSITORY}-java:{IMAGE_TAG}",
+    "typescript": f"{IMAGE_REPOSITORY}-node:{IMAGE_TAG}",
+}
 CRD_RELEASE_LABEL: Final = "app.kubernetes.io/managed-by=Helm"
 
 
@@ -45,6 +51,7 @@ def process_node_values(
         f"ports.health={ports.health}",
         f"artifactServer.url=http://127.0.0.1:{ports.artifact_server}",
         "logging.format=text",
+        *(f"probe.runtimeImages.{lang}={image}" for lang, image in PROBE_IMAGES.items()),
     ]
     if watch_namespaces:
         values += ["watch.mode=namespaced", f"watch.namespaces={{{','.join(watch_namespaces)}}}"]

@@ -9,7 +9,6 @@ handlers are compiled into its test runtime (:mod:`.runtimes`). See ``docs/demo.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -124,8 +123,6 @@ PUBLISH_PARAMS: Final = (
     _param("channel", {"type": "string"}),
 )
 TYPESCRIPT_HANDLERS: Final = {DAG_ID: [_handler("publish", "named", *PUBLISH_PARAMS)]}
-# Step 6: a new build of the TypeScript bundle whose handler was renamed, so `publish` is gone.
-RENAMED_HANDLERS: Final = {DAG_ID: [_handler("publish_report", "named", *PUBLISH_PARAMS)]}
 
 BUNDLES: Final = (
     ExampleBundle("orders-go", Language.GO, "go", "extract", GO_HANDLERS),
@@ -138,32 +135,3 @@ BUNDLES: Final = (
         TYPESCRIPT_HANDLERS,
     ),
 )
-
-
-# The payloads a scheduler builds for one run of the Dag; `notify` is an ordinary task.
-WORKLOAD_TASKS: Final = (
-    ("extract", "go"),
-    ("transform", "java"),
-    ("publish", "typescript"),
-    ("notify", "default"),
-)
-
-
-def execute_task(task_id: str, queue: str) -> dict[str, Any]:
-    """An ``ExecuteTask`` workload shaped as Airflow's scheduler sends it (abridged)."""
-    run_id = "manual__2026-01-01T00:00:00+00:00"
-    return {
-        "type": "ExecuteTask",
-        "ti": {
-            "id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"{DAG_ID}/{run_id}/{task_id}")),
-            "dag_id": DAG_ID,
-            "task_id": task_id,
-            "run_id": run_id,
-            "try_number": 1,
-            "map_index": -1,
-            "queue": queue,
-        },
-        "dag_rel_path": DAG_FILE,
-        "bundle_info": {"name": "dags-folder", "version": None},
-        "log_path": f"dag_id={DAG_ID}/run_id={run_id}/task_id={task_id}/attempt=1.log",
-    }

@@ -1,5 +1,5 @@
 """Local implementations of the pass's ports: a folder as the source, the probe driver as a
-local process. Used by ``make demo`` and the integration tests, and by anyone running a pass
+local process. Used by the integration tests, and by anyone running a pass
 without a cluster; the controller uses the ``sources`` package and probe Jobs instead.
 """
 

@@ -113,6 +113,13 @@ def test_defaults_are_accepted_by_the_apiserver(
     assert job["spec"]["template"]["spec"]["containers"][0]["args"] == ["db", "upgrade"]
 
 
+def test_the_settings_checksum_is_always_a_string(kube_cluster: KubeCluster) -> None:
+    """Unquoted, a digest like 8790955697426e98 is a YAML float and the apiserver refuses the
+    Deployment (a helm upgrade failed so once); quoted, it is a string whatever its digits."""
+    done = render_text(kube_cluster, "default", "--show-only", "templates/deployment.yaml")
+    assert re.search(r'^\s+checksum/settings: "[0-9a-f]{16}"$', done.stdout, re.M), done.stdout
+
+
 def test_namespaced_mode_is_accepted_with_a_role_per_watched_namespace(
     kube_cluster: KubeCluster, render: Render, extra_namespaces: Any, kube_namespace: str
 ) -> None:

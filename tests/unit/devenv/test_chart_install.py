@@ -23,6 +23,9 @@ def test_cluster_mode_values_use_free_ports_and_the_loopback_artifact_url() -> N
     assert values["artifactServer.url"] == "http://127.0.0.1:4001"
     assert "taskhandler-operator" in values["image.repository"].rsplit("/", 1)[-1]
     assert "watch.mode" not in values
+    # Java and TypeScript probes run the same probe driver from the venv on the process node.
+    for lang in ("java", "typescript"):
+        assert "taskhandler-operator" in values[f"probe.runtimeImages.{lang}"]
 
 
 def test_namespaced_mode_lists_the_namespaces_and_extra_values_come_last() -> None:
