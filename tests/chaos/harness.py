@@ -171,9 +171,14 @@ class JobRecorder:
                         version = self._list(batch, selector)
                         self._ready.set()
                     version = self._watch(batch, selector, version)
-                except Exception as exc:  # a dropped connection: resume
+                except Exception as exc:  # a dropped connection or an error answer: resume
                     if self._stop.is_set():
                         break
+                    if isinstance(exc, k8s_client.ApiException) and exc.status == 410:
+                        # Our version is older than the (restarted) apiserver's watch cache.
+                        self.relists += 1
+                        version = ""
+                        continue
                     self.reconnects += 1
                     log.info("Job watch of %s: %s; resuming", self.namespace, exc)
                     self._stop.wait(0.5)
