@@ -151,7 +151,8 @@ class JobRecorder:
             )
 
     def _list(self, batch: k8s_client.BatchV1Api, selector: str) -> str:
-        response = batch.list_namespaced_job(
+        # The raw answer (dicts, like the watch's raw objects); typed as the model it is not.
+        response: Any = batch.list_namespaced_job(
             self.namespace, label_selector=selector, _preload_content=False, _request_timeout=30
         )
         listed = json.loads(response.data)
