@@ -11,7 +11,8 @@ records every Job ADDED in the namespace for the whole run, and each artifact ha
 How: one undisturbed cold start of a Go bundle of 6 artifacts at ``probe.parallelism: 2``
 (three waves of probe Jobs) gives the reference rows and its duration T; then each iteration
 runs the same cold start in a fresh namespace and database and kills the operator at a moment
-drawn uniformly from [0, T) after the bundle is applied (seeded: the seed is printed,
+drawn uniformly from [0, 0.6 T) after the bundle is applied (a kill that lands after the pass
+is still made, and counted as such in the output) (seeded: the seed is printed,
 ``THOP_CHAOS_SEED`` replays it). The restarted operator waits for the killed one's Lease to
 expire (15 s) before it reconciles.
 
@@ -135,9 +136,9 @@ def test_sigkill_at_random_moments_of_a_cold_start_changes_nothing(
 
     mid_pass = 0
     for index in range(iterations):
-        # The undisturbed run warmed the node's caches, so later passes are quicker: draw from
-        # the first 80% of its duration to land (nearly always) inside the pass.
-        kill_at = chaos_rng.uniform(0.0, 0.8 * reference.seconds)
+        # The undisturbed run warmed the node's caches, so later passes are quicker (on an idle
+        # machine about 60% of it): draw from that part to land (nearly always) inside the pass.
+        kill_at = chaos_rng.uniform(0.0, 0.6 * reference.seconds)
         run = cold_start(f"kill-{index}", kill_at)
         mid_pass += run.mid_pass
         print(
