@@ -1,6 +1,7 @@
 # taskhandler-operator developer entry points.
 #   make demo   install the chart on a local control plane and bind three example bundles
 #   make test   lint, type-check, then the whole test suite (what .ci/run calls)
+#   make chaos  the fault tests of tests/chaos, long variants included (not part of make test)
 # Every target installs what it needs, idempotently.
 
 PYTHON   ?= python3
@@ -12,7 +13,7 @@ export THOP_CACHE
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: demo test lint typecheck unit mutation venv system-deps k8s-bins versitygw airflow-venv node-venv clean \
+.PHONY: demo test chaos lint typecheck unit mutation venv system-deps k8s-bins versitygw airflow-venv node-venv clean \
 	chart-files kind-up kind-images kind-postgres kind-airflow-schema kind-install kind-examples kind-down
 
 $(STAMP): pyproject.toml
@@ -58,6 +59,11 @@ unit: venv
 
 test: venv system-deps k8s-bins versitygw airflow-venv node-venv lint typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The fault tests of tests/chaos, long variants included (the `chaos` marker, which the default
+# run deselects; about 20 min). THOP_CHAOS_SEED=<n> replays a run's random fault moments.
+chaos: venv system-deps k8s-bins versitygw airflow-venv node-venv
+	$(BIN)/pytest -m "chaos or not chaos" tests/chaos $(PYTEST_ARGS)
 
 # Opt-in, slow (not part of `make test`): mutate the pure cores one operator at a time and
 # run the unit tests against each mutant. MUTANTS narrows it, e.g.

@@ -1,0 +1,151 @@
+"""Fixtures of the chaos tests (bounded, self-stopping fault tests on the real parts).
+
+Run them all, long variants included, with ``make chaos``; the short variants also run in the
+default suite (``make test``), the long ones carry the ``chaos`` marker, which the default run
+deselects. Randomness comes from one seed, printed at the end of the run and in every failure
+message; ``THOP_CHAOS_SEED=<n>`` replays it.
+
+From ``tests/e2e/conftest.py`` (imported here, unchanged):
+
+* ``thb_crd``: the TaskHandlerBundle CRD, applied and Established.
+* ``migrated``: a fresh database with Airflow's schema and ours.
+* ``namespace``: ``kube_namespace`` prepared for the operator (restricted Pod Security, the
+  probe account, the operator's RBAC, the git Secret).
+* ``start``: ``start([namespaces]) -> Operator``, one ``taskhandler-operator run``.
+
+Added here:
+
+* ``chaos_rng``: a ``random.Random`` for this test, derived from the session seed and the
+  test's id (the same seed replays the same draws).
+* ``replicas``: ``replicas(namespace, database, name, **THOP_env) -> Replica`` (not started):
+  ``taskhandler-operator run`` under the operator's least-privilege identity; replicas of a
+  test share its revision store and signing key, so ``replica.start()`` after ``kill()`` is a
+  restarted pod. All are stopped at teardown.
+* ``record_jobs``: ``record_jobs(namespace) -> JobRecorder``, a watch on the apiserver
+  recording every probe Job ever created in the namespace (one entry per uid, across watch
+  reconnects); stopped at teardown. ``duplicates()`` lists artifacts probed by two Jobs.
+* ``fresh_database``: ``fresh_database(stubs) -> url``, another database with both schemas
+  and the given ``{dag_id: [(task_id, queue)]}`` stubs; dropped at teardown.
+* ``fresh_namespace``: ``fresh_namespace() -> name``, another prepared namespace; deleted at
+  teardown.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from taskhandler_operator.db.migrate import upgrade
+from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_operator.devenv.postgres import PostgresServer
+from tests.chaos.harness import JobRecorder, chaos_seed, replay_hint, seeded
+from tests.e2e.conftest import migrated as migrated
+from tests.e2e.conftest import namespace as namespace
+from tests.e2e.conftest import start as start
+from tests.e2e.conftest import thb_crd as thb_crd
+from tests.e2e.faults_support import Replica, replica
+from tests.e2e.operator_env import OPERATOR_USER, prepare_namespace, seed_dags
+
+MakeReplica = Callable[..., Replica]
+RecordJobs = Callable[[str], JobRecorder]
+FreshDatabase = Callable[[Mapping[str, Sequence[tuple[str, str]]]], str]
+FreshNamespace = Callable[[], str]
+
+_used_seed: list[int] = []
+
+
+@pytest.fixture
+def chaos_rng(request: pytest.FixtureRequest) -> random.Random:
+    _used_seed[:] = [chaos_seed()]
+    print(f"chaos seed {chaos_seed()} ({replay_hint()})")
+    return seeded(request.node.nodeid)
+
+
+@pytest.fixture
+def replicas(kube_cluster: KubeCluster, tmp_path: Path) -> Iterator[MakeReplica]:
+    made: list[Replica] = []
+
+    def make(namespace: str, database: str, name: str, **extra: str) -> Replica:
+        r = replica(kube_cluster, OPERATOR_USER, namespace, database, tmp_path, name, **extra)
+        made.append(r)
+        return r
+
+    try:
+        yield make
+    finally:
+        for r in made:
+            r.stop()
+
+
+@pytest.fixture
+def record_jobs(kube_cluster: KubeCluster) -> Iterator[RecordJobs]:
+    recorders: list[JobRecorder] = []
+
+    def record(namespace: str) -> JobRecorder:
+        recorder = JobRecorder(kube_cluster.kubeconfig, namespace).start()
+        recorders.append(recorder)
+        return recorder
+
+    try:
+        yield record
+    finally:
+        for recorder in recorders:
+            recorder.stop()
+
+
+@pytest.fixture
+def fresh_database(pg_server: PostgresServer, airflow_template: str) -> Iterator[FreshDatabase]:
+    made: list[str] = []
+
+    def make(dags: Mapping[str, Sequence[tuple[str, str]]]) -> str:
+        name = f"thop_chaos_{uuid.uuid4().hex[:12]}"
+        pg_server.create_database(name, template=airflow_template)
+        made.append(name)
+        url = pg_server.url(name)
+        upgrade(url)
+        seed_dags(url, dags)
+        return url
+
+    try:
+        yield make
+    finally:
+        for name in made:
+            pg_server.drop_database(name)
+
+
+@pytest.fixture
+def fresh_namespace(kube_cluster: KubeCluster) -> Iterator[FreshNamespace]:
+    made: list[str] = []
+
+    def make() -> str:
+        name = f"chaos-{uuid.uuid4().hex[:10]}"
+        kube_cluster.kubectl("create", "namespace", name)
+        made.append(name)
+        # Pods are refused until the serviceaccount controller has made the default account.
+        kube_cluster.kubectl(
+            "wait",
+            "--for=jsonpath={.metadata.name}=default",
+            "serviceaccount/default",
+            "-n",
+            name,
+            "--timeout=60s",
+            check=False,
+        )
+        prepare_namespace(kube_cluster, name)
+        return name
+
+    try:
+        yield make
+    finally:
+        for name in made:
+            kube_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _used_seed:
+        terminalreporter.write_line(f"chaos tests ran with seed {_used_seed[0]} ({replay_hint()})")

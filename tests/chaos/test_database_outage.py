@@ -1,0 +1,169 @@
+"""PostgreSQL stopped in the middle of a pass.
+
+What it proves: when the database goes away while a bundle's pass is probing (the hook: the
+probe Jobs of the pass' last wave exist, so the validate and write steps come next), the bundle
+says so (``BindingsPublished=False`` and ``Ready=False`` with reason ``DatabaseUnavailable``,
+a ``DatabaseUnavailable`` Event) and the operator keeps running; nothing is half-written: once
+the database is back, every artifact, binding and probe row of the bundle was written by one
+transaction (they share one ``xmin``), with the counts of a complete pass; the bundle heals by
+itself (no nudge) and its probes were not redone (one Job per artifact, from a watch on the
+apiserver: the Jobs of the failed pass are adopted).
+
+How: a Go bundle of 4 artifacts at ``probe.parallelism: 2`` on a fresh database; PostgreSQL is
+stopped (``pg_ctl stop -m fast``, data and port kept) once Jobs exist for all 4 artifacts, kept
+down until the status reports the outage and at least the outage length, then started again.
+
+Run: the 10 s outage is part of the default suite; the 30 s one is marked ``chaos``::
+
+    make chaos
+    .venv/bin/pytest -m chaos tests/chaos/test_database_outage.py
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from taskhandler_operator.db.tables import ARTIFACT_TABLE, BINDING_TABLE, PROBE_TABLE
+from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_operator.devenv.postgres import PostgresServer
+from tests.chaos.conftest import FreshDatabase, MakeReplica, RecordJobs
+from tests.chaos.harness import (
+    diagnose,
+    go_bundle,
+    many_artifacts_repo,
+    stubs,
+    wait_condition,
+    wait_leading,
+    wait_ready,
+)
+from tests.e2e.faults_support import condition, events, wait_for
+from tests.e2e.operator_env import apply, row_counts
+from tests.fixtures.runtimes_plugin import RuntimeFactory
+from tests.fixtures.sources import GitRepo, HttpServer
+
+pytestmark = [
+    pytest.mark.kube,
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.usefixtures("thb_crd"),
+]
+
+ARTIFACTS = 4
+PARALLELISM = 2
+BUNDLE = "chaos-db"
+
+
+def writers(database: str, bundle: str) -> dict[str, set[str]]:
+    """The transaction ids (``xmin``) that wrote the bundle's rows, per table."""
+    engine = sa.create_engine(database)
+    try:
+        with engine.connect() as conn:
+            one = {"b": bundle}
+            artifacts = conn.execute(
+                sa.text(f"SELECT xmin::text FROM {ARTIFACT_TABLE} WHERE bundle_name = :b"), one
+            ).scalars()
+            bindings = conn.execute(
+                sa.text(
+                    f"SELECT b.xmin::text FROM {BINDING_TABLE} b JOIN {ARTIFACT_TABLE} a "
+                    "ON a.id = b.artifact_id WHERE a.bundle_name = :b"
+                ),
+                one,
+            ).scalars()
+            probes = conn.execute(
+                sa.text(
+                    f"SELECT p.xmin::text FROM {PROBE_TABLE} p JOIN {ARTIFACT_TABLE} a "
+                    "ON a.id = p.artifact_id WHERE a.bundle_name = :b"
+                ),
+                one,
+            ).scalars()
+            return {
+                "artifacts": set(artifacts),
+                "bindings": set(bindings),
+                "probes": set(probes),
+            }
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "outage",
+    [
+        pytest.param(10.0, id="10s"),
+        pytest.param(30.0, id="30s", marks=[pytest.mark.chaos, pytest.mark.timeout(600)]),
+    ],
+)
+def test_postgres_stopped_mid_pass_is_reported_writes_all_or_nothing_and_heals(
+    outage: float,
+    kube_cluster: KubeCluster,
+    namespace: str,
+    git_repo: GitRepo,
+    source_http: HttpServer,
+    runtime_factory: RuntimeFactory,
+    fresh_database: FreshDatabase,
+    pg_server: PostgresServer,
+    replicas: MakeReplica,
+    record_jobs: RecordJobs,
+) -> None:
+    url = many_artifacts_repo(git_repo, runtime_factory, ARTIFACTS).http_url(source_http)
+    database = fresh_database(stubs(ARTIFACTS))
+    recorder = record_jobs(namespace)
+    op = replicas(namespace, database, "a").start()
+
+    def more() -> str:
+        return diagnose(kube_cluster, namespace, [BUNDLE], [op], recorder)
+
+    wait_leading(op, more)
+    apply(kube_cluster, go_bundle(namespace, BUNDLE, url, PARALLELISM))
+
+    # The hook: the last wave's Jobs exist, so the pass is probing and writes next.
+    wait_for(
+        f"probe Jobs for all {ARTIFACTS} artifacts",
+        lambda: recorder.artifacts_started(BUNDLE) == ARTIFACTS,
+        240,
+        more=more,
+    )
+    assert row_counts(database, BUNDLE)["artifacts"] == 0, more()  # nothing written yet
+    pg_server.pause()
+    stopped = time.monotonic()
+    try:
+        failed = wait_condition(
+            kube_cluster,
+            namespace,
+            BUNDLE,
+            "BindingsPublished",
+            lambda c: c.get("status") == "False",
+            more,
+            timeout=240,
+        )
+        reported = time.monotonic() - stopped
+        # Keep it down for the whole outage, whatever the pass does meanwhile.
+        time.sleep(max(0.0, stopped + outage - time.monotonic()))
+        during = failed["status"]
+        assert op.proc is not None and op.proc.poll() is None, more()
+    finally:
+        pg_server.resume()
+    print(f"outage reported {reported:.1f}s after the stop; down {time.monotonic() - stopped:.1f}s")
+
+    published = condition(failed, "BindingsPublished")
+    assert published["reason"] == "DatabaseUnavailable", (published, more())
+    ready = condition(failed, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "DatabaseUnavailable"), more()
+    assert not during.get("publishedRevision"), during  # nothing was published
+
+    healed = wait_ready(kube_cluster, namespace, BUNDLE, more)
+    assert condition(healed, "BindingsPublished")["reason"] == "Published", more()
+    assert healed["status"]["counts"]["bindings"] == ARTIFACTS, more()
+    assert "DatabaseUnavailable" in events(kube_cluster, namespace, BUNDLE), more()
+
+    # All or nothing: a complete pass' rows, every one written by the same transaction.
+    counts = row_counts(database, BUNDLE)
+    assert counts == {"artifacts": ARTIFACTS, "bindings": ARTIFACTS, "problems": 0}, more()
+    wrote: dict[str, Any] = writers(database, BUNDLE)
+    assert all(len(ids) == 1 for ids in wrote.values()), (wrote, more())
+    assert len(set().union(*wrote.values())) == 1, (wrote, more())
+    # The probes were not redone after the outage: each artifact had one Job.
+    assert not recorder.duplicates(), more()
