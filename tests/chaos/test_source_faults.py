@@ -1,0 +1,137 @@
+"""Chaos: a source server that fails — answers 500, cuts a .tar.gz off halfway, or hangs.
+
+What it proves: on the real operator (``taskhandler-operator run`` under its least-privilege
+identity, the real control plane + process node, PostgreSQL with Airflow's schema), an ``http``
+bundle made Ready from a good server, whose server then misbehaves, gets for each fault a pass
+(asked for with the reconcile-now annotation) that ends within the bundle's source timeout
+(``spec.timeout``, plus one pass already in flight and a slack), a ``SourceReady=False``
+condition naming the problem (``HttpFetchFailed`` with ``HTTP 500`` or the incomplete payload;
+``SourceTimeout`` for the hang), the same revision and published revision in status, the same
+binding rows, and a revision store holding the last revision and no partial one. Once the
+server heals, the bundle is Ready again on the same revision, without a new probe Job.
+
+The server is ``tests/chaos/faulty_server.py`` (threads, mode switched at runtime).
+
+Run: ``.venv/bin/pytest tests/chaos/test_source_faults.py`` (about 2 minutes; in the default
+suite, markers kube/integration/slow).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from tests.chaos.faulty_server import FaultyServer, Mode
+from tests.chaos.input_faults import (
+    ARTIFACT,
+    archive,
+    diagnose,
+    handled,
+    http_bundle,
+    ready,
+    request_pass,
+    start_replica,
+    store_entries,
+    wait_until,
+)
+from tests.chaos.input_faults import faulty_server as faulty_server
+from tests.chaos.input_faults import go_artifact as go_artifact
+from tests.chaos.input_faults import replicas as replicas
+from tests.e2e.conftest import migrated, namespace, thb_crd  # noqa: F401 - fixtures
+from tests.e2e.faults_support import Replica, condition, jobs_by_name, rows
+from tests.e2e.operator_env import apply
+from tests.e2e.test_operator import database as database
+
+from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+
+pytestmark = [
+    pytest.mark.kube,
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.usefixtures("thb_crd"),
+]
+
+NAME = "orders-http"
+#: The bundle's source timeout (spec.timeout): short, so the hang is cut by it and not by the
+#: HTTP client's own 60 s read timeout.
+TIMEOUT_SECONDS = 6
+#: Room for the watch event, the status write and the polling (not for the fetch itself).
+SLACK_SECONDS = 30
+
+#: What the SourceReady condition says for each fault: its reason and words in its message.
+EXPECTED: dict[Mode, tuple[str, tuple[str, ...]]] = {
+    "error": ("HttpFetchFailed", ("HTTP 500",)),
+    "truncate": ("HttpFetchFailed", ("payload is not completed",)),
+    "hang": ("SourceTimeout", (f"did not finish within {TIMEOUT_SECONDS}s",)),
+}
+
+
+def test_a_failing_source_server_is_bounded_keeps_the_revision_and_heals(
+    kube_cluster: KubeCluster,
+    namespace: str,  # noqa: F811 - the fixture imported above
+    database: str,
+    faulty_server: FaultyServer,
+    go_artifact: bytes,
+    replicas: list[Replica],
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "operator" / "revisions"
+    op = start_replica(replicas, kube_cluster, namespace, database, tmp_path / "operator")
+    url, sha = faulty_server.put("orders.tar.gz", archive({ARTIFACT: go_artifact}))
+    apply(
+        kube_cluster,
+        http_bundle(namespace, NAME, url, sha, timeout=f"{TIMEOUT_SECONDS}s"),
+    )
+    good = ready(kube_cluster, namespace, NAME, op)["status"]
+    assert good["revision"] == sha, good
+    state = rows(database)
+    assert len(state["bindings"]) == 1, state
+    kept = store_entries(store, namespace, NAME)
+    assert sha in kept, kept
+    jobs = jobs_by_name(kube_cluster, namespace)
+
+    for mode, (reason, words) in EXPECTED.items():
+        faulty_server.set_mode(mode)
+        before = faulty_server.requests[mode]
+        asked = request_pass(kube_cluster, namespace, NAME, f"fault-{mode}")
+        # A retry pass may already be running against the fault when the request comes:
+        # the requested pass starts after it, so two source timeouts bound the wait.
+        bound = 2 * TIMEOUT_SECONDS + SLACK_SECONDS
+        failed = wait_until(
+            kube_cluster, namespace, NAME, op, f"handled the {mode} pass", handled(f"fault-{mode}")
+        )
+        took = time.monotonic() - asked
+        more = diagnose(kube_cluster, namespace, NAME, op)
+        assert took <= bound, f"the {mode} pass took {took:.1f}s, over {bound}s\n{more}"
+        assert faulty_server.requests[mode] > before, f"the server never saw the {mode}\n{more}"
+
+        source = condition(failed, "SourceReady")
+        assert source.get("status") == "False", more
+        assert source.get("reason") == reason, more
+        for word in words:
+            assert word in source.get("message", ""), more
+        assert condition(failed, "Ready").get("status") == "False", more
+        # The last revision and its bindings stay, in status, in the database and on disk.
+        status = failed["status"]
+        assert status["revision"] == good["revision"], more
+        assert status["publishedRevision"] == good["publishedRevision"], more
+        assert rows(database) == state, more
+        assert store_entries(store, namespace, NAME) == kept, more  # no half revision
+        assert (store / namespace / NAME / sha / ARTIFACT).is_file(), more
+
+    faulty_server.set_mode("ok")
+    request_pass(kube_cluster, namespace, NAME, "healed")
+    healed = wait_until(
+        kube_cluster,
+        namespace,
+        NAME,
+        op,
+        "Ready after the server healed",
+        lambda obj: handled("healed")(obj) and condition(obj, "Ready").get("status") == "True",
+    )
+    more = diagnose(kube_cluster, namespace, NAME, op)
+    assert condition(healed, "SourceReady").get("reason") == "Synced", more
+    assert healed["status"]["revision"] == good["revision"], more
+    assert rows(database) == state, more
+    assert jobs_by_name(kube_cluster, namespace) == jobs, more  # the answer was kept
