@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 import tarfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -163,3 +165,75 @@ def store_entries(store: Path, namespace: str, name: str) -> list[str]:
     """The names in the bundle's folder of the revision store (revisions and hidden ones)."""
     folder = store / namespace / name
     return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+class Watch:
+    """``kubectl get <kind> --watch`` in the namespace for the whole test: every object of the
+    kind that ever existed there, by uid (a Job made again under its name has a new uid)."""
+
+    def __init__(self, cluster: KubeCluster, namespace: str, kind: str, selector: str) -> None:
+        argv = [
+            str(cluster.bins["kubectl"]),
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "get",
+            kind,
+            "-n",
+            namespace,
+            "-l",
+            selector,
+            "--watch",
+            "--output-watch-events",
+            "-o",
+            "json",
+        ]
+        self.kind = kind
+        self.seen: dict[str, dict[str, Any]] = {}  # uid -> the latest object
+        self.order: list[str] = []  # uids in the order they first appeared
+        self._lock = threading.Lock()
+        self._proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+        self._thread = threading.Thread(target=self._read, name=f"watch-{kind}", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        decoder = json.JSONDecoder()
+        buffer = ""
+        for line in self._proc.stdout:
+            buffer += line
+            while True:
+                text = buffer.lstrip()
+                if not text:
+                    buffer = ""
+                    break
+                try:
+                    event, end = decoder.raw_decode(text)
+                except json.JSONDecodeError:
+                    buffer = text
+                    break
+                buffer = text[end:]
+                obj = event.get("object") or {}
+                uid = (obj.get("metadata") or {}).get("uid")
+                if uid:
+                    with self._lock:
+                        if uid not in self.seen:
+                            self.order.append(uid)
+                        self.seen[uid] = obj
+
+    def objects(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [self.seen[uid] for uid in self.order]
+
+    def names(self) -> list[str]:
+        return [o["metadata"]["name"] for o in self.objects()]
+
+    def stop(self) -> None:
+        self._proc.terminate()
+        try:
+            self._proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._thread.join(10)
