@@ -38,7 +38,9 @@ from tests.chaos.input_faults import (
 from tests.chaos.input_faults import faulty_server as faulty_server
 from tests.chaos.input_faults import go_artifact as go_artifact
 from tests.chaos.input_faults import replicas as replicas
-from tests.e2e.conftest import migrated, namespace, thb_crd  # noqa: F401 - fixtures
+from tests.e2e.conftest import migrated as migrated
+from tests.e2e.conftest import namespace as namespace
+from tests.e2e.conftest import thb_crd as thb_crd
 from tests.e2e.faults_support import Replica, condition, jobs_by_name, rows
 from tests.e2e.operator_env import apply
 from tests.e2e.test_operator import database as database
@@ -69,7 +71,7 @@ EXPECTED: dict[Mode, tuple[str, tuple[str, ...]]] = {
 
 def test_a_failing_source_server_is_bounded_keeps_the_revision_and_heals(
     kube_cluster: KubeCluster,
-    namespace: str,  # noqa: F811 - the fixture imported above
+    namespace: str,
     database: str,
     faulty_server: FaultyServer,
     go_artifact: bytes,

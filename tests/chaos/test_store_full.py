@@ -40,7 +40,9 @@ from tests.chaos.input_faults import (
 from tests.chaos.input_faults import faulty_server as faulty_server
 from tests.chaos.input_faults import go_artifact as go_artifact
 from tests.chaos.input_faults import replicas as replicas
-from tests.e2e.conftest import migrated, namespace, thb_crd  # noqa: F401 - fixtures
+from tests.e2e.conftest import migrated as migrated
+from tests.e2e.conftest import namespace as namespace
+from tests.e2e.conftest import thb_crd as thb_crd
 from tests.e2e.faults_support import Replica, condition, jobs_by_name, rows
 from tests.e2e.operator_env import apply, events
 from tests.e2e.test_operator import database as database
@@ -103,7 +105,7 @@ def fill(folder: Path) -> Path:
 def test_a_full_revision_store_says_so_leaves_no_half_revision_and_recovers(
     small_store: Path,
     kube_cluster: KubeCluster,
-    namespace: str,  # noqa: F811 - the fixture imported above
+    namespace: str,
     database: str,
     faulty_server: FaultyServer,
     go_artifact: bytes,
