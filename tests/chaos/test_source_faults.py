@@ -10,10 +10,16 @@ condition naming the problem (``HttpFetchFailed`` with ``HTTP 500`` or the incom
 binding rows, and a revision store holding the last revision and no partial one. Once the
 server heals, the bundle is Ready again on the same revision, without a new probe Job.
 
-The server is ``tests/chaos/faulty_server.py`` (threads, mode switched at runtime).
+The same for a ``git`` bundle over smart HTTP behind a TCP proxy that answers 500, cuts an
+answer's body in half, or hangs: ``GitFetchFailed`` naming git's error (``500``, ``transfer
+closed``) or ``SourceTimeout``, the revision and bindings kept, and every git process a failed
+sync started gone within two source timeouts (the sync kills git's process group).
 
-Run: ``.venv/bin/pytest tests/chaos/test_source_faults.py`` (about 2 minutes; in the default
-suite, markers kube/integration/slow).
+The server and the proxy are in ``tests/chaos/faulty_server.py`` (threads, mode switched at
+runtime).
+
+Run: ``.venv/bin/pytest tests/chaos/test_source_faults.py`` (about 2 minutes for both; in the
+default suite, markers kube/integration/slow).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.chaos.faulty_server import FaultyServer, Mode
+from tests.chaos.faulty_server import FaultyProxy, FaultyServer, Mode, ProxyMode
 from tests.chaos.input_faults import (
     ARTIFACT,
     archive,
@@ -41,9 +47,10 @@ from tests.chaos.input_faults import replicas as replicas
 from tests.e2e.conftest import migrated as migrated
 from tests.e2e.conftest import namespace as namespace
 from tests.e2e.conftest import thb_crd as thb_crd
-from tests.e2e.faults_support import Replica, condition, jobs_by_name, rows
-from tests.e2e.operator_env import apply
+from tests.e2e.faults_support import Replica, condition, jobs_by_name, rows, wait_for
+from tests.e2e.operator_env import apply, commit_files, git_bundle
 from tests.e2e.test_operator import database as database
+from tests.fixtures.sources import GitRepo, HttpServer
 
 from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 
@@ -137,3 +144,124 @@ def test_a_failing_source_server_is_bounded_keeps_the_revision_and_heals(
     assert healed["status"]["revision"] == good["revision"], more
     assert rows(database) == state, more
     assert jobs_by_name(kube_cluster, namespace) == jobs, more  # the answer was kept
+
+
+# --- git over smart HTTP, behind a faulting proxy -------------------------------------------------
+
+GIT_EXPECTED: dict[ProxyMode, tuple[str, tuple[str, ...]]] = {
+    "error": ("GitFetchFailed", ("500",)),
+    "cut": ("GitFetchFailed", ("transfer closed",)),
+    "hang": ("SourceTimeout", (f"did not finish within {TIMEOUT_SECONDS}s",)),
+}
+
+
+def git_pids(port: int) -> set[int]:
+    """git processes (any of git's helpers) talking to 127.0.0.1:``port``."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (
+            argv
+            and b"git" in Path(argv[0].decode(errors="replace")).name.encode()
+            and any(f"127.0.0.1:{port}/".encode() in a for a in argv)
+        ):
+            found.add(int(entry.name))
+    return found
+
+
+def outlive(running: set[int], port: int, seconds: float, op: Replica) -> None:
+    """Wait until none of the git processes ``running`` runs any more (bounded)."""
+
+    def ended() -> bool:
+        return not running & git_pids(port)
+
+    wait_for(
+        "the git processes of the failed syncs to end",
+        ended,
+        seconds,
+        more=lambda: f"{running & git_pids(port)} still run\n{op.tail()}",
+    )
+
+
+def test_a_failing_git_server_is_bounded_kills_git_keeps_the_revision_and_heals(
+    kube_cluster: KubeCluster,
+    namespace: str,
+    database: str,
+    git_repo: GitRepo,
+    source_http: HttpServer,
+    go_artifact: bytes,
+    replicas: list[Replica],
+    tmp_path: Path,
+) -> None:
+    commit_files(git_repo, {f"go/{ARTIFACT}": go_artifact}, "the go bundle")
+    with FaultyProxy(source_http.port) as proxy:
+        url = git_repo.http_url(source_http).replace(f":{source_http.port}/", f":{proxy.port}/", 1)
+        op = start_replica(replicas, kube_cluster, namespace, database, tmp_path / "operator")
+        apply(
+            kube_cluster,
+            git_bundle(
+                namespace,
+                NAME,
+                language="go",
+                url=url,
+                path="go",
+                queues=["go"],
+                timeout=f"{TIMEOUT_SECONDS}s",
+            ),
+        )
+        good = ready(kube_cluster, namespace, NAME, op)["status"]
+        state = rows(database)
+        assert len(state["bindings"]) == 1, state
+        jobs = jobs_by_name(kube_cluster, namespace)
+
+        for mode, (reason, words) in GIT_EXPECTED.items():
+            proxy.set_mode(mode)
+            before = proxy.connections[mode]
+            asked = request_pass(kube_cluster, namespace, NAME, f"git-{mode}")
+            bound = 2 * TIMEOUT_SECONDS + SLACK_SECONDS
+            failed = wait_until(
+                kube_cluster,
+                namespace,
+                NAME,
+                op,
+                f"handled the {mode} pass",
+                handled(f"git-{mode}"),
+            )
+            took = time.monotonic() - asked
+            more = diagnose(kube_cluster, namespace, NAME, op)
+            assert took <= bound, f"the {mode} pass took {took:.1f}s, over {bound}s\n{more}"
+            assert proxy.connections[mode] > before, f"git never met the {mode}\n{more}"
+            source = condition(failed, "SourceReady")
+            assert source.get("status") == "False", more
+            assert source.get("reason") == reason, more
+            for word in words:
+                assert word in source.get("message", ""), more
+            status = failed["status"]
+            assert status["revision"] == good["revision"], more
+            assert status["publishedRevision"] == good["publishedRevision"], more
+            assert rows(database) == state, more
+            # Every git process a sync started ends with it (killed at the timeout at the
+            # latest), however the server misbehaves: none outlives two timeouts.
+            outlive(git_pids(proxy.port), proxy.port, 2 * TIMEOUT_SECONDS + 10, op)
+
+        proxy.set_mode("ok")
+        request_pass(kube_cluster, namespace, NAME, "git-healed")
+        healed = wait_until(
+            kube_cluster,
+            namespace,
+            NAME,
+            op,
+            "Ready after the git server healed",
+            lambda obj: (
+                handled("git-healed")(obj) and condition(obj, "Ready").get("status") == "True"
+            ),
+        )
+        more = diagnose(kube_cluster, namespace, NAME, op)
+        assert healed["status"]["revision"] == good["revision"], more
+        assert rows(database) == state, more
+        assert jobs_by_name(kube_cluster, namespace) == jobs, more
