@@ -472,7 +472,7 @@ class ProbeFailure(StrEnum):
     DEADLINE_EXCEEDED = "DeadlineExceeded"  # activeDeadlineSeconds passed
     EVICTED = "Evicted"  # the node evicted the pod (disk or memory pressure)
     FETCH_FAILED = "FetchFailed"  # the init container could not download or verify the files
-    POD_LOST = "PodLost"  # the Job failed or finished and its pod is gone
+    POD_LOST = "PodLost"  # its pod is gone, or was deleted or disrupted mid-probe
     JOB_DELETED = "JobDeleted"  # the Job disappeared before its result was read
     INVALID_SUMMARY = "InvalidSummary"  # exit 0 but the termination message is not a summary
     RESULT_REJECTED = "ResultRejected"  # the log's result does not match the summary's sha256
@@ -538,6 +538,19 @@ def _summary(text: str | None) -> ProbeSummary | None:
         return ProbeSummary.model_validate_json(text)
     except ValidationError:
         return None
+
+
+def _taken_away(pod: Mapping[str, Any] | None) -> str | None:
+    """How the pod was taken away while it ran (deleted, or disrupted: preempted, its node
+    gone), in words; None when nothing from outside ended it."""
+    if pod is None:
+        return None
+    disruption = _condition(pod, "DisruptionTarget")
+    if disruption is not None:
+        return f"disrupted ({disruption.get('reason') or 'DisruptionTarget'})"
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return "deleted"
+    return None
 
 
 def _last_line(text: str | None) -> str:
@@ -635,6 +648,14 @@ def job_outcome(
     if pod_reason == "Evicted":
         message = ((pod or {}).get("status") or {}).get("message") or "no message"
         return _failed(ProbeFailure.EVICTED, f"the probe pod was evicted: {message}", log_tail)
+    lost = _taken_away(pod)
+    if lost is not None and (probe is None or probe.get("exitCode") != 0):
+        # Its end came from outside (kubectl delete, a lost node): nothing about the artifact.
+        return _failed(
+            ProbeFailure.POD_LOST,
+            f"the probe pod was {lost} before the probe finished; it will be probed again",
+            None,
+        )
     if fetch is not None and fetch.get("exitCode") != 0:
         detail = _last_line(fetch.get("message")) or f"exit code {fetch.get('exitCode')}"
         return _failed(

@@ -439,6 +439,35 @@ def test_lost_and_deleted_jobs() -> None:
     assert "BackoffLimitExceeded: BackoffLimitExceeded happened" in failed.message
 
 
+def test_a_pod_deleted_or_disrupted_mid_probe_is_lost_not_an_answer() -> None:
+    # kubectl delete pod: the container ends on SIGTERM (143) while the pod is being deleted.
+    deleted = pod_json(probe=terminated(143), fetch=FETCHED)
+    deleted["metadata"] = {"deletionTimestamp": "2026-12-01T00:00:30Z"}
+    outcome = job_outcome(job_json(("Failed", "BackoffLimitExceeded")), deleted, "bye\n")
+    assert outcome.reason == ProbeFailure.POD_LOST
+    assert outcome.message == (
+        "the probe pod was deleted before the probe finished; it will be probed again"
+    )
+    # Its node gone: the pod garbage collector marks it before deleting it.
+    gone = pod_json(
+        fetch=FETCHED,
+        conditions=[{"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC"}],
+    )
+    outcome = job_outcome(job_json(("Failed", "BackoffLimitExceeded")), gone)
+    assert outcome.reason == ProbeFailure.POD_LOST
+    assert "disrupted (DeletionByPodGC)" in outcome.message
+    # The deadline and eviction keep their own reasons (both delete or disrupt the pod too).
+    deleted["status"]["reason"] = "Evicted"
+    evicted = job_outcome(job_json(("Failed", "BackoffLimitExceeded")), deleted)
+    assert evicted.reason == ProbeFailure.EVICTED
+    late = job_outcome(job_json(("Failed", "DeadlineExceeded")), deleted)
+    assert late.reason == ProbeFailure.DEADLINE_EXCEEDED
+    # A pod deleted after it answered successfully is still a success.
+    answered = pod_json(probe=terminated(0, OK_SUMMARY, "Completed"), fetch=FETCHED)
+    answered["metadata"] = {"deletionTimestamp": "2026-12-01T00:00:30Z"}
+    assert job_outcome(job_json(("Complete", "x")), answered).phase is ProbePhase.SUCCEEDED
+
+
 def test_zero_exit_without_a_valid_summary_is_not_a_success() -> None:
     pod = pod_json(probe=terminated(0, "not json", "Completed"), fetch=FETCHED)
     outcome = job_outcome(job_json(("Complete", "x")), pod)
