@@ -13,7 +13,7 @@ export THOP_CACHE
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: demo test chaos lint typecheck unit mutation venv system-deps k8s-bins versitygw airflow-venv node-venv clean \
+.PHONY: demo test chaos lint typecheck unit mutation venv fuzz system-deps k8s-bins versitygw airflow-venv node-venv clean \
 	chart-files kind-up kind-images kind-postgres kind-airflow-schema kind-install kind-examples kind-down
 
 $(STAMP): pyproject.toml
@@ -73,6 +73,14 @@ mutation: venv
 	rm -rf mutants
 	ln -sfn operator src
 	$(BIN)/mutmut run $(MUTANTS); status=$$?; rm -f src; exit $$status
+
+# Opt-in (not part of `make test`): hypothesis at a large budget against every artifact reader,
+# the frame decoder, the termination-message/result parsers and the CR spec validation.
+# FUZZ_EXAMPLES sets examples per target (default 2000); docs/fuzzing.md.
+FUZZ_EXAMPLES ?= 2000
+fuzz: venv
+	THOP_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest tests/fuzz -m fuzz -p no:cacheprovider \
+	  --hypothesis-show-statistics -q $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache .grimp_cache build *.egg-info operator/*.egg-info mutants

@@ -4,6 +4,10 @@ Each concern registers its own subcommands from a small ``commands`` module
 (``artifacts.commands``, ``protocol.commands``, ``db.commands``) so that the
 CLI grows without one file knowing every command's arguments. Heavy imports
 happen inside the handlers, so ``--help`` stays fast.
+
+A named subcommand imports only the module that registers it (:data:`COMMANDS`): every probe
+pod runs ``fetch`` and ``probe`` in a fresh interpreter, and neither should pay for the
+operator's settings, database or Kubernetes imports (tests/unit/test_cli_imports.py).
 """
 
 from __future__ import annotations
@@ -26,8 +30,26 @@ COMMAND_MODULES: tuple[str, ...] = (
     "taskhandler_operator.controller.commands",
 )
 
+# Which module registers each subcommand, so that ``taskhandler-operator probe ...`` imports
+# ``protocol.commands`` alone. Anything else (no command, ``--help``, ``--version``, a typo)
+# registers every module, so the top-level help and argparse's errors list all commands.
+# tests/unit/test_cli.py checks this against what the modules register.
+COMMANDS: dict[str, str] = {
+    "inspect": "taskhandler_operator.artifacts.commands",
+    "plan": "taskhandler_operator.artifacts.commands",
+    "verify": "taskhandler_operator.artifacts.commands",
+    "probe": "taskhandler_operator.protocol.commands",
+    "db": "taskhandler_operator.db.commands",
+    "crd": "taskhandler_operator.kube.commands",
+    "rbac": "taskhandler_operator.kube.commands",
+    "fetch": "taskhandler_operator.sources.commands",
+    "sync": "taskhandler_operator.sources.commands",
+    "run": "taskhandler_operator.controller.commands",
+}
 
-def build_parser() -> argparse.ArgumentParser:
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; with ``command`` (a name in :data:`COMMANDS`) only its module's."""
     parser = argparse.ArgumentParser(
         prog="taskhandler-operator",
         description=(
@@ -37,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    modules = (COMMANDS[command],) if command in COMMANDS else COMMAND_MODULES
+    for name in modules:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -49,7 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
     if func is None:

@@ -71,6 +71,29 @@ def test_probe_benchmark_runs(tmp_path: Path) -> None:
     assert [row["language"] for row in results] == ["go"]
 
 
+def test_probe_cost_benchmark_runs(tmp_path: Path) -> None:
+    document = run_benchmark(
+        "probe_cost",
+        "--repeat",
+        "1",
+        "--language",
+        "go",
+        "--workdir",
+        str(tmp_path),
+        results=tmp_path / "results",
+    )
+    results = document["results"]
+    assert isinstance(results, list)
+    assert [(row["command"], row["language"]) for row in results] == [
+        ("probe", "go"),
+        ("fetch", "go"),
+    ]
+    # Shape only (one run, so the medians are that run): own = wall - baseline, and a verdict.
+    for row in results:
+        assert row["runs"] == 1 and row["verdict"] in {"PASS", "FAIL"}
+        assert abs(row["own_ms"] - (row["wall_ms"] - row["baseline_ms"])) < 0.5
+
+
 def test_database_benchmark_runs(tmp_path: Path) -> None:
     document = run_benchmark(
         "database",

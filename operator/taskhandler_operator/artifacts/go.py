@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from taskhandler_operator.artifacts.models import (
     ArtifactVerificationError,
     Candidate,
@@ -44,10 +42,17 @@ FOOTER_VERSION = 1
 TRAILER = struct.Struct("<III32s12s8s")
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
-# libyaml when present: several times faster on the listing path.
-_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 assert TRAILER.size == FOOTER_SIZE
+
+
+def _yaml_loader() -> Any:
+    # libyaml when present: several times faster on the listing path. PyYAML is imported on
+    # first use, so a Java or TypeScript probe (which imports this module through the
+    # verifier) does not pay for it.
+    import yaml
+
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def not_executable_message(rel_path: str) -> str:
@@ -107,9 +112,11 @@ def parse_metadata(raw: bytes) -> dict[str, Any]:
         raise ValueError(
             f"metadata region is not UTF-8 ({exc.reason} at byte {exc.start})"
         ) from None
+    import yaml
+
     try:
         _refuse_anchors(text)
-        loaded = yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 -- a safe loader
+        loaded = yaml.load(text, Loader=_yaml_loader())  # noqa: S506 -- a safe loader
     except yaml.YAMLError as exc:
         raise ValueError(f"metadata region is not valid YAML ({_first_line(exc)})") from None
     except RecursionError:
@@ -136,7 +143,9 @@ def _refuse_anchors(text: str) -> None:
     # (a second parse) is skipped on the listing's fast path.
     if "&" not in text and "*" not in text:
         return
-    for event in yaml.parse(text, Loader=_YAML_LOADER):
+    import yaml
+
+    for event in yaml.parse(text, Loader=_yaml_loader()):
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             raise _AnchorsRefused(
                 "metadata region uses YAML anchors or aliases, which Airflow metadata never "

@@ -14,12 +14,21 @@ from pydantic import AfterValidator, StringConstraints
 
 from taskhandler_operator.kube.markers import Cel, cel_string
 
-__all__ = ["DURATION_MESSAGE", "DURATION_PATTERN", "Duration", "parse_duration"]
+__all__ = [
+    "DURATION_MESSAGE",
+    "DURATION_PATTERN",
+    "DURATION_TOO_LONG_MESSAGE",
+    "Duration",
+    "parse_duration",
+]
 
 # A subset of Go's grammar: no sign, no ns/us units (nothing here needs them).
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
 DURATION_MESSAGE = "must be a positive duration such as 30s, 5m or 1h30m (units h, m, s, ms)"
 MAX_DURATION_CHARS = 32
+# Go's largest time.Duration, 2^63-1 nanoseconds (about 292 years).
+MAX_DURATION_SECONDS = (2**63 - 1) / 1e9
+DURATION_TOO_LONG_MESSAGE = "must be a duration of at most 2562047h (Go's largest, about 292 years)"
 
 _WHOLE = re.compile(DURATION_PATTERN)
 _PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
@@ -31,9 +40,16 @@ def parse_duration(text: str) -> timedelta:
     if not _WHOLE.fullmatch(text):
         raise ValueError(DURATION_MESSAGE)
     seconds = sum(float(n) * _UNIT_SECONDS[unit] for n, unit in _PART.findall(text))
-    if seconds <= 0:
+    if seconds > MAX_DURATION_SECONDS:
+        # Go's time.Duration (the CRD's CEL duration()) cannot hold it; neither can timedelta
+        # from some length on, which raised OverflowError here (found by tests/fuzz).
+        raise ValueError(DURATION_TOO_LONG_MESSAGE)
+    delta = timedelta(seconds=seconds)
+    # timedelta counts whole microseconds: "0.000000001m" is positive but would become 0, an
+    # interval that requeues at once (found by tests/fuzz).
+    if delta <= timedelta(0):
         raise ValueError(DURATION_MESSAGE)
-    return timedelta(seconds=seconds)
+    return delta
 
 
 def _check(text: str) -> str:

@@ -102,7 +102,9 @@ def _check_quantity(value: int | str) -> int | str:
     if isinstance(value, str) and len(value) > MAX_QUANTITY_CHARS:
         raise ValueError(f"a quantity has at most {MAX_QUANTITY_CHARS} characters")
     if isinstance(value, int):
-        if value < 0:
+        # An integer quantity is an int64 in the API; a larger one overflowed float() when
+        # requests were compared with limits (found by tests/fuzz).
+        if value < 0 or value > MAX_QUANTITY_INT:
             raise ValueError(QUANTITY_MESSAGE)
         return value
     if not _QUANTITY.fullmatch(value):
@@ -111,6 +113,7 @@ def _check_quantity(value: int | str) -> int | str:
 
 
 MAX_QUANTITY_CHARS = 64
+MAX_QUANTITY_INT = 2**63 - 1
 
 _SUFFIX = {
     "Ki": 2**10,

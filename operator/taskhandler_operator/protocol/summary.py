@@ -19,7 +19,14 @@ from collections.abc import Iterable
 from enum import IntEnum, StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from taskhandler_operator.limits import (
     MAX_SUMMARY_ARTIFACT_BYTES,
@@ -253,4 +260,14 @@ def accept_result(log_text: str, summary: ProbeSummary) -> TaskHandlerParsingRes
         raise ResultRejected(
             f"the logged result hashes to {digest}, the summary says {summary.result_sha256}"
         )
-    return TaskHandlerParsingResult.model_validate_json(line)
+    try:
+        return TaskHandlerParsingResult.model_validate_json(line)
+    except ValidationError as exc:
+        # The hashes agree, so the driver logged this line; a reader still answers a line that is
+        # not a result with a rejection, never with another exception (found by tests/fuzz).
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first.get("loc", ())) or "the result"
+        raise ResultRejected(
+            f"the logged result is not a valid TaskHandlerParsingResult ({where}: "
+            f"{' '.join(str(first.get('msg', '')).split())})"
+        ) from None

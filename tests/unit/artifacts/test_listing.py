@@ -186,6 +186,7 @@ import json, os, sys
 from pathlib import Path
 from taskhandler_operator.artifacts.listing import list_candidates
 from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile
+import yaml  # the Go reader imports it on first use
 # Import first: the interpreter's own files may not be readable by nobody.
 os.setgid(65534)
 os.setuid(65534)

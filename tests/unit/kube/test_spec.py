@@ -92,7 +92,11 @@ def test_parse_duration(text: str, seconds: float) -> None:
     assert parse_duration(text) == timedelta(seconds=seconds)
 
 
-@pytest.mark.parametrize("text", ["", "5", "0s", "-5m", "5 m", "1d", "5M", "m"])
+# "0.0000001s" and "0.000000001m" are positive but shorter than a microsecond (timedelta's
+# resolution): they would be an interval of zero.
+@pytest.mark.parametrize(
+    "text", ["", "5", "0s", "-5m", "5 m", "1d", "5M", "m", "0.0000001s", "0.000000001m"]
+)
 def test_parse_duration_refuses(text: str) -> None:
     with pytest.raises(ValueError, match="must be a positive duration"):
         parse_duration(text)
@@ -105,3 +109,22 @@ def test_source_kinds_each_validate() -> None:
         {"volume": {"path": "/data/bundles", "subPath": "etl"}},
     ):
         assert spec(source=source).source.model_dump(exclude_none=True)
+
+
+# -- found by tests/fuzz (docs/fuzzing.md): an OverflowError escaped validation -----------------
+
+
+@pytest.mark.parametrize("text", ["99999999999999999999h", "2562048h", "9999999999999s"])
+def test_a_duration_longer_than_go_can_hold_is_refused(text: str) -> None:
+    with pytest.raises(ValidationError, match=r"interval\n.*at most 2562047h"):
+        spec(interval=text)
+    assert parse_duration("2562047h") == timedelta(hours=2562047)
+
+
+def test_an_integer_quantity_beyond_int64_is_refused() -> None:
+    too_big = {"requests": {"memory": 2**63}, "limits": {"memory": 10**400}}
+    with pytest.raises(ValidationError, match="must be a Kubernetes quantity") as caught:
+        spec(probe={"resources": too_big})
+    assert caught.value.error_count() == 2
+    largest = {"requests": {"memory": 2**63 - 1}, "limits": {"memory": 2**63 - 1}}
+    assert spec(probe={"resources": largest}).probe.resources.limits == {"memory": 2**63 - 1}

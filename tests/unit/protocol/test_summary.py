@@ -180,6 +180,23 @@ def test_rejects_a_line_that_does_not_match_the_hash() -> None:
         accept_result(f"{RESULT_MARKER}\n{tampered}\n", ok_summary(line))
 
 
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ("", "the result: Invalid JSON"),
+        ("{}", "task_handlers: Field required"),
+        ('{"task_handlers": {"d": [{"task_id": 1}]}}', "task_handlers.d.0.task_id"),
+    ],
+)
+def test_rejects_a_matching_line_that_is_not_a_result(line: str, says: str) -> None:
+    # Found by tests/fuzz: the hash matched, and pydantic's ValidationError escaped.
+    with pytest.raises(ResultRejected) as info:
+        accept_result(f"{RESULT_MARKER}\n{line}\n", ok_summary(line))
+    message = str(info.value)
+    assert message.startswith("the logged result is not a valid TaskHandlerParsingResult (")
+    assert says in message and "\n" not in message
+
+
 def test_rejects_a_log_without_marker() -> None:
     with pytest.raises(ResultRejected) as info:
         accept_result("nothing here\n", ok_summary("x"))
