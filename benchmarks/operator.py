@@ -315,6 +315,21 @@ def probe_phase(
         server.proc.stop(2)
         jobs.stop()
         api.close()
+    # The apiserver counts requests cluster-wide: Jobs left here would be deleted by the TTL
+    # controller during a later window and counted as writes there. Delete them (and their
+    # pods) now.
+    log("deleting the probe phase's Jobs and pods")
+    kube.kubectl(
+        "delete",
+        "jobs",
+        "--all",
+        "-n",
+        namespace,
+        "--cascade=foreground",
+        "--wait=true",
+        timeout=600,
+    )
+    cold_loaded = statistics.median(cold_jobs) if cold_jobs else job_s
     return {
         "namespace": namespace,
         "template": template,
@@ -327,7 +342,12 @@ def probe_phase(
             "ideal_seconds": round(ideal, 2),
             "ratio": round(cold_s / ideal, 3),
             "jobs": len(cold_jobs),
-            "job_seconds_median": round(statistics.median(cold_jobs), 3) if cold_jobs else None,
+            # The same Jobs' own median while they ran together: the ratio against it says how
+            # much of the wall time is the operator's rather than the machine's.
+            "job_seconds_median": round(cold_loaded, 3),
+            "ratio_to_loaded_job_time": round(
+                cold_s / (math.ceil(args.cold_artifacts / args.parallelism) * cold_loaded), 3
+            ),
         },
         "change": {
             "seconds": round(change_s, 3),
@@ -613,7 +633,8 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             ),
             "measured": (
                 f"{cold['wall_seconds']:.1f} s = {cold['ratio']:.2f}x "
-                f"ideal {cold['ideal_seconds']:.1f} s"
+                f"ideal {cold['ideal_seconds']:.1f} s ({cold['ratio_to_loaded_job_time']:.2f}x "
+                f"with the Jobs' time under load, {cold['job_seconds_median']:.1f} s)"
             ),
             "target": f"<= {TARGET_COLD_RATIO}x",
             "result": verdict(cold["ratio"] <= TARGET_COLD_RATIO),
@@ -701,8 +722,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--artifacts", type=int, default=20, help="artifacts per bundle")
     parser.add_argument("--cold-artifacts", type=int, default=100, help="cold-start artifacts")
     parser.add_argument("--parallelism", type=int, default=8, help="probe Jobs at once")
-    parser.add_argument("--interval", default="30s", help="steady-state bundles' interval")
-    parser.add_argument("--window", type=float, default=90.0, help="steady-state window (s)")
+    parser.add_argument("--interval", default="60s", help="steady-state bundles' interval")
+    parser.add_argument("--window", type=float, default=120.0, help="steady-state window (s)")
     parser.add_argument("--settle", type=float, default=10.0, help="wait before the window (s)")
     parser.add_argument("--workdir", type=Path, default=None, help="scratch folder")
     args = parser.parse_args(argv)
