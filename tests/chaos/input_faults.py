@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_operator.kube import names
 from tests.chaos.faulty_server import FaultyServer
 from tests.e2e.faults_support import Replica, condition, replica, thb
 from tests.e2e.operator_env import OPERATOR_USER, handler_spec
 from tests.fixtures.runtimes_plugin import RuntimeFactory
-
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.kube import names
 
 #: The Dag and stub the Go artifact declares (the e2e ``database`` fixture seeds it, queue go).
 DAG, TASK = "orders_etl", "extract"

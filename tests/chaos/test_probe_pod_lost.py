@@ -29,6 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_operator.kube import names
+from taskhandler_operator.kube.probe_job import PROBE_CONTAINER
 from tests.chaos.faulty_server import FaultyServer
 from tests.chaos.input_faults import (
     ARTIFACT,
@@ -53,10 +57,6 @@ from tests.e2e.faults_support import Replica, jobs_by_name, rows, wait_for
 from tests.e2e.operator_env import apply, events, handler_spec
 from tests.e2e.test_operator import database as database
 from tests.fixtures.runtimes_plugin import RuntimeFactory
-
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.kube import names
-from taskhandler_operator.kube.probe_job import PROBE_CONTAINER
 
 pytestmark = [
     pytest.mark.kube,

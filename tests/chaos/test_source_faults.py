@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 from tests.chaos.faulty_server import FaultyProxy, FaultyServer, Mode, ProxyMode
 from tests.chaos.input_faults import (
     ARTIFACT,
@@ -51,8 +53,6 @@ from tests.e2e.faults_support import Replica, condition, jobs_by_name, rows, wai
 from tests.e2e.operator_env import apply, commit_files, git_bundle
 from tests.e2e.test_operator import database as database
 from tests.fixtures.sources import GitRepo, HttpServer
-
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 
 pytestmark = [
     pytest.mark.kube,

@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 from tests.chaos.faulty_server import FaultyServer
 from tests.chaos.input_faults import (
     ARTIFACT,
@@ -46,8 +48,6 @@ from tests.e2e.conftest import thb_crd as thb_crd
 from tests.e2e.faults_support import Replica, condition, jobs_by_name, rows
 from tests.e2e.operator_env import apply, events
 from tests.e2e.test_operator import database as database
-
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 
 pytestmark = [
     pytest.mark.kube,

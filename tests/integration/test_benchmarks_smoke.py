@@ -140,3 +140,23 @@ def test_sources_benchmark_runs(tmp_path: Path) -> None:
     assert rows[3]["objects_downloaded"] == 1
     server = document["server"]
     assert isinstance(server, dict) and server["requests_served"] == 4 + 1  # clients + fetch
+
+
+@pytest.mark.kube
+def test_operator_benchmark_runs(tmp_path: Path) -> None:
+    document = run_benchmark(
+        "operator",
+        *("--bundles", "3", "--artifacts", "2", "--cold-artifacts", "4", "--parallelism", "2"),
+        *("--interval", "10s", "--window", "15", "--settle", "2", "--workdir", str(tmp_path)),
+        results=tmp_path / "results",
+    )
+    # Shape only: every target has a verdict, and the steady state probed nothing.
+    targets = document["targets"]
+    assert isinstance(targets, list)
+    assert all(row["result"] in {"PASS", "FAIL", "-"} for row in targets)
+    steady = document["steady"]
+    assert isinstance(steady, dict)
+    assert steady["bundles"] == 3 and steady["probe_jobs_total"] == 0
+    assert steady["passes"] > 0
+    cold = document["probe"]
+    assert isinstance(cold, dict) and cold["cold_start"]["jobs"] == 4

@@ -1,0 +1,787 @@
+"""Operator benchmark: the whole operator on the real control plane, process node and PostgreSQL.
+
+One run measures, each against a baseline measured in the same run where one applies:
+
+* **probe Job time** (the baseline): a bundle with one TypeScript artifact, probed five times
+  (created, then changed four times); the median time from the Job's creation to its completion, as
+  seen by a watch on Jobs (millisecond resolution, not the API's whole-second timestamps);
+* **cold start**: a bundle of ``--cold-artifacts`` new artifacts at ``--parallelism``: wall time
+  from ``kubectl apply`` to Ready, over the ideal ``ceil(artifacts / parallelism)`` × the probe
+  Job time (target ≤ 1.3x);
+* **change propagation**: a git bundle of three artifacts; a commit changes one of them, then
+  the reconcile-now annotation; the time from the commit until its task's binding row points at
+  the new content in the database (the bound artifact row has the new size), over the probe Job
+  time (target ≤ 1x + 2 s);
+* **steady state**: ``--bundles`` volume bundles of ``--artifacts`` unchanged artifacts each,
+  with a short ``--interval``, then a second, smaller set with twice the artifacts (the
+  statement count per pass must not depend on the artifact count). Over a ``--window`` after
+  the first passes: probe Jobs created (target 0), SQL statements per pass (pg_stat_statements
+  of the database, every statement the server executed, BEGIN/COMMIT included), operator
+  CPU-seconds per pass (psutil, process and children, target ≤ 20 ms), peak RSS (the kernel's
+  VmHWM, target ≤ 300 MiB) and apiserver requests per pass by verb (the apiserver's own
+  ``apiserver_request_total``; target: no writes). Passes are the operator's own
+  ``taskhandler_operator_reconcile_duration_seconds_count``;
+* **failover**: two replicas; SIGKILL of the leader; the time until the standby holds the Lease
+  and has finished a reconcile pass (its own metrics), against the Lease duration + 5 s.
+
+Setting the numbers up. Probing 1,000 × 20 artifacts once would take hours on a small machine
+and measures nothing of the steady state, so the steady-state bundles' answers are recorded
+before the operator starts, as Airflow's Dag processor may record them: one artifact is probed
+for real (the baseline bundle), and its answer, with the Dag and task names changed, is written
+for every artifact of every bundle through the operator's own writer (``record_artifacts``,
+under each bundle's claim). The operator's first pass therefore finds every artifact known,
+exactly as in a steady state; its Job count over the whole run says so.
+
+How the operator runs. The chart is rendered with ``helm template`` (the values the process
+node needs, from ``devenv.chart_install``) and its Deployment's container command, arguments and
+environment are run as a host process, with what the kubelet would supply supplied by hand:
+the namespace from the downward API, the mounted Secrets as host files, the revisions volume as
+a host folder and, instead of the service account token, a kubeconfig of a user bound to the
+chart's own RBAC rules. A process is needed rather than a pod to measure its CPU and memory and
+to SIGKILL it; two chart replicas on the process node would also clash on host ports. Probe Jobs
+are real Jobs, run by the process node (TypeScript artifacts: no toolchain build per artifact).
+
+Run: ``python -m benchmarks.operator [--bundles 1000] [--artifacts 20] [--cold-artifacts 100]
+[--parallelism 8]``; progress goes to stderr, the table to stdout, JSON to
+``benchmarks/results/operator.json``. Needs ``make k8s-bins system-deps airflow-venv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from benchmarks._operator_env import (
+    WRITE_VERBS,
+    JobWatcher,
+    OperatorProcess,
+    admin_api,
+    annotate_reconcile,
+    apiserver_requests,
+    apply,
+    bundle_manifest,
+    bundle_status,
+    chart_operator,
+    handler_spec,
+    is_ready,
+    list_bundles,
+    log,
+    make_namespace,
+    request_delta,
+    statements_executed,
+    typescript_artifact,
+    wait_until,
+    write_world_readable,
+)
+from benchmarks._report import print_table, write_json
+from taskhandler_operator.controller.leader import ElectionConfig
+from taskhandler_operator.db.engine import create_engine
+from taskhandler_operator.db.known_artifacts import load_known_artifacts
+from taskhandler_operator.db.migrate import upgrade
+from taskhandler_operator.db.writer import record_artifacts
+from taskhandler_operator.devenv.kubecluster.bins import REPO_ROOT, ensure_bins
+from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster, start_cluster
+from taskhandler_operator.devenv.postgres import (
+    AirflowCli,
+    PostgresServer,
+    ensure_airflow_venv,
+)
+from taskhandler_operator.devenv.serialized_dags import (
+    dag_document,
+    ensure_bundle,
+    insert_dag,
+    stub_task,
+)
+from taskhandler_operator.kube import names
+from taskhandler_operator.records import ArtifactRecord, BundleOwner, TaskHandlerArtifact
+
+TARGET_COLD_RATIO = 1.3
+TARGET_CHANGE_EXTRA_S = 2.0
+TARGET_CPU_MS = 20.0
+TARGET_RSS_MIB = 300.0
+FAILOVER_GRACE_S = 5.0
+TEMPLATE_DAG = "benchdagtemplate"
+TEMPLATE_TASK = "benchtasktemplate"
+WAIT = 900.0
+#: Probes of one artifact the probe Job time is the median of.
+BASELINE_PROBES = 5
+DATABASE = "operator_bench"
+
+
+# --- set-up ---------------------------------------------------------------------------------
+
+
+@contextmanager
+def postgres() -> Iterator[tuple[PostgresServer, str]]:
+    """A throwaway server with pg_stat_statements, Airflow's schema and the operator's."""
+    server = PostgresServer(
+        settings={
+            "shared_preload_libraries": "pg_stat_statements",
+            "pg_stat_statements.track": "all",
+            "pg_stat_statements.max": "10000",
+        }
+    )
+    server.start()
+    try:
+        log("PostgreSQL started; migrating Airflow's schema (side venv)")
+        server.create_database(DATABASE)
+        AirflowCli(ensure_airflow_venv())(server.url(DATABASE), "db", "migrate", timeout=600)
+        url = server.url(DATABASE)
+        upgrade(url)
+        with server.connect() as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            conn.commit()
+        yield server, url
+    finally:
+        server.stop()
+
+
+@contextmanager
+def cluster() -> Iterator[KubeCluster]:
+    log("starting the control plane and the process node")
+    kube = start_cluster(ensure_bins())
+    try:
+        kube.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / names.CRD_FILE))
+        kube.kubectl(
+            "wait", "--for=condition=Established", f"crd/{names.CRD_NAME}", "--timeout=60s"
+        )
+        yield kube
+    finally:
+        kube.stop()
+
+
+def seed_dags(url: str, dags: dict[str, tuple[str, Sequence[str]]]) -> None:
+    """Serialized Dags, ``dag_id -> (queue, task_ids)``, every task a stub on the queue, and
+    the Dag bundle of each queue's TaskHandlerBundle (each is named as its queue) registered."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            for dag_id, (queue, tasks) in dags.items():
+                ensure_bundle(conn, queue)
+                insert_dag(conn, dag_document(dag_id, [stub_task(t, queue=queue) for t in tasks]))
+    finally:
+        engine.dispose()
+
+
+def bound_size(url: str, dag_id: str, task_id: str) -> int | None:
+    """The size of the artifact the task's binding row points at (None: no binding)."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            size = conn.execute(
+                sa.text(
+                    "SELECT a.size_bytes FROM lang_sdk_task_handler b "
+                    "JOIN lang_sdk_task_handler_artifact a ON a.id = b.artifact_id "
+                    "WHERE b.dag_id = :d AND b.task_id = :t"
+                ),
+                {"d": dag_id, "t": task_id},
+            ).scalar_one_or_none()
+    finally:
+        engine.dispose()
+    return None if size is None else int(size)
+
+
+def wait_ready(api: Any, namespace: str, name: str, op: OperatorProcess) -> float:
+    def ready() -> bool:
+        if not op.alive():
+            raise RuntimeError(f"the operator exited:\n{op.tail()}")
+        return is_ready(bundle_status(api, namespace, name))
+
+    try:
+        return wait_until(f"{name} Ready", ready, WAIT, poll=0.1)
+    except TimeoutError as exc:
+        status = json.dumps(bundle_status(api, namespace, name))[-2000:]
+        raise RuntimeError(f"{exc}\nstatus: {status}\noperator log:\n{op.tail()}") from None
+
+
+def wait_handled(api: Any, namespace: str, name: str, token: str) -> None:
+    wait_until(
+        f"{name} handled {token}",
+        lambda: bundle_status(api, namespace, name).get("lastHandledReconcileAt") == token,
+        WAIT,
+    )
+
+
+# --- probe Job time, cold start, change propagation -------------------------------------------
+
+
+def probe_phase(
+    kube: KubeCluster, url: str, work: Path, args: argparse.Namespace
+) -> dict[str, Any]:
+    """The baseline probe Job time, the cold start and the change propagation, on one
+    operator; also returns the recorded answer the steady state's rows are made from."""
+    from taskhandler_operator.devenv.git_server import make_repo, start_http_server
+
+    namespace = f"bench-probe-{uuid.uuid4().hex[:6]}"
+    make_namespace(kube, namespace)
+    api = admin_api(kube)
+    jobs = JobWatcher(api, namespace).start()
+    folder = work / "volumes" / "probe-one"
+    seed_dags(
+        url,
+        {
+            TEMPLATE_DAG: ("probe-one", [TEMPLATE_TASK]),
+            "bench_cold": ("cold", [f"c{i}" for i in range(args.cold_artifacts)]),
+            "bench_git": ("git", ["g0", "g1", "g2"]),
+        },
+    )
+    op = chart_operator(kube, namespace, url, work / "probe-operator", parallelism=args.parallelism)
+    server = start_http_server(work / "git-http", None)
+    try:
+        op.start()
+        # 1. The baseline: one artifact, probed BASELINE_PROBES times (created, then changed).
+        artifact = folder / "one.min.mjs"
+        write_world_readable(
+            artifact, typescript_artifact(handler_spec(TEMPLATE_DAG, [TEMPLATE_TASK]))
+        )
+        apply(kube, [bundle_manifest(namespace, "probe-one", {"volume": {"path": str(folder)}})])
+        wait_ready(api, namespace, "probe-one", op)
+        log("baseline bundle Ready; reading its recorded answer")
+        template = asyncio.run(_known(url, "probe-one"))[0]
+        for i in range(BASELINE_PROBES - 1):
+            extra = f"unstubbed_{i}"
+            spec = handler_spec(TEMPLATE_DAG, [TEMPLATE_TASK, extra])
+            write_world_readable(artifact, typescript_artifact(spec))
+            token = f"baseline-{i}"
+            annotate_reconcile(kube, namespace, "probe-one", token)
+            wait_handled(api, namespace, "probe-one", token)
+        samples = jobs.durations()
+        if len(samples) < BASELINE_PROBES:
+            raise RuntimeError(f"expected {BASELINE_PROBES} baseline probe Jobs: {samples}")
+        job_s = statistics.median(samples)
+        log(f"probe Job time: {job_s:.2f}s (median of {[round(s, 2) for s in samples]})")
+
+        # 2. Cold start: N new artifacts at the given parallelism.
+        cold = work / "volumes" / "cold"
+        for i in range(args.cold_artifacts):
+            data = typescript_artifact(handler_spec("bench_cold", [f"c{i}"]))
+            write_world_readable(cold / f"a{i:03d}.min.mjs", data)
+        cold_since = time.monotonic()
+        manifest = bundle_manifest(
+            namespace, "cold", {"volume": {"path": str(cold)}}, parallelism=args.parallelism
+        )
+        apply(kube, [manifest])
+        cold_done = wait_ready(api, namespace, "cold", op)
+        cold_s = cold_done - cold_since
+        cold_jobs = jobs.durations(since=cold_since)
+        ideal = math.ceil(args.cold_artifacts / args.parallelism) * job_s
+        log(f"cold start: {cold_s:.1f}s for {args.cold_artifacts} artifacts (ideal {ideal:.1f}s)")
+
+        # 3. Change propagation from a git commit.
+        repo = make_repo(server.root / "git", "bench", work / "git-work")
+        files: dict[str, bytes | str | None] = {
+            f"ts/g{i}.min.mjs": typescript_artifact(handler_spec("bench_git", [f"g{i}"]))
+            for i in range(3)
+        }
+        repo.commit(files, "three artifacts")
+        source = {"git": {"url": repo.http_url(server), "ref": "main", "path": "ts"}}
+        apply(kube, [bundle_manifest(namespace, "git", source)])
+        wait_ready(api, namespace, "git", op)
+        # The changed g0 also declares a handler no stub uses: new content, new size.
+        changed = typescript_artifact(handler_spec("bench_git", ["g0", "g_unstubbed"]))
+        change_since = time.monotonic()
+        repo.commit({"ts/g0.min.mjs": changed}, "g0 changed")
+        annotate_reconcile(kube, namespace, "git", "change-1")
+        change_done = wait_until(
+            "g0's binding to the new content",
+            lambda: bound_size(url, "bench_git", "g0") == len(changed),
+            WAIT,
+            0.05,
+        )
+        change_s = change_done - change_since
+        change_jobs = jobs.durations(since=change_since)
+        log(f"change propagation: {change_s:.2f}s (its probe Job: {change_jobs})")
+    finally:
+        op.stop()
+        server.proc.stop(2)
+        jobs.stop()
+        api.close()
+    # The apiserver counts requests cluster-wide: Jobs left here would be deleted by the TTL
+    # controller during a later window and counted as writes there. Delete them (and their
+    # pods) now.
+    log("deleting the probe phase's Jobs and pods")
+    kube.kubectl(
+        "delete",
+        "jobs",
+        "--all",
+        "-n",
+        namespace,
+        "--cascade=foreground",
+        "--wait=true",
+        timeout=600,
+    )
+    cold_loaded = statistics.median(cold_jobs) if cold_jobs else job_s
+    return {
+        "namespace": namespace,
+        "template": template,
+        "probe_job_seconds": round(job_s, 3),
+        "probe_job_samples": [round(s, 3) for s in samples],
+        "cold_start": {
+            "artifacts": args.cold_artifacts,
+            "parallelism": args.parallelism,
+            "wall_seconds": round(cold_s, 2),
+            "ideal_seconds": round(ideal, 2),
+            "ratio": round(cold_s / ideal, 3),
+            "jobs": len(cold_jobs),
+            # The same Jobs' own median while they ran together: the ratio against it says how
+            # much of the wall time is the operator's rather than the machine's.
+            "job_seconds_median": round(cold_loaded, 3),
+            "ratio_to_loaded_job_time": round(
+                cold_s / (math.ceil(args.cold_artifacts / args.parallelism) * cold_loaded), 3
+            ),
+        },
+        "change": {
+            "seconds": round(change_s, 3),
+            "probe_job_seconds": round(job_s, 3),
+            "over_job_seconds": round(change_s - job_s, 3),
+            "jobs": len(change_jobs),
+        },
+    }
+
+
+async def _known(url: str, bundle_name: str) -> list[TaskHandlerArtifact]:
+    engine = create_engine(url)
+    try:
+        return await load_known_artifacts(engine, bundle_name)
+    finally:
+        await engine.dispose()
+
+
+# --- steady state ------------------------------------------------------------------------------
+
+
+def renamed(template: TaskHandlerArtifact, dag_id: str, task_id: str) -> dict[str, Any]:
+    """The template's recorded answer, declaring ``dag_id.task_id`` instead."""
+    text = json.dumps(template.model_dump(mode="json")["task_handlers"])
+    text = text.replace(json.dumps(TEMPLATE_DAG), json.dumps(dag_id))
+    handlers: dict[str, Any] = json.loads(
+        text.replace(json.dumps(TEMPLATE_TASK), json.dumps(task_id))
+    )
+    for declarations in handlers.values():
+        declarations[:] = [d for d in declarations if d.get("task_id") == task_id]
+    return handlers
+
+
+async def _record(
+    url: str,
+    namespace: str,
+    uids: dict[str, str],
+    rows: dict[str, list[TaskHandlerArtifact]],
+) -> None:
+    engine = create_engine(url)
+    now = datetime.now(UTC)
+    try:
+        for name, artifacts in rows.items():
+            owner = BundleOwner(cluster_id="bench", namespace=namespace, name=name, uid=uids[name])
+            records = [ArtifactRecord(artifact=a, probed_at=now) for a in artifacts]
+            await record_artifacts(engine, name, records, owner=owner)
+    finally:
+        await engine.dispose()
+
+
+def steady_phase(
+    kube: KubeCluster,
+    server: PostgresServer,
+    url: str,
+    work: Path,
+    args: argparse.Namespace,
+    template: TaskHandlerArtifact,
+    bundles: int,
+    artifacts: int,
+    label: str,
+) -> dict[str, Any]:
+    from taskhandler_operator.artifacts.listing import list_candidates
+    from taskhandler_operator.artifacts.models import Language
+
+    namespace = f"bench-{label}-{uuid.uuid4().hex[:6]}"
+    make_namespace(kube, namespace)
+    api = admin_api(kube)
+    jobs = JobWatcher(api, namespace).start()
+    log(f"{label}: writing {bundles} bundles x {artifacts} artifacts")
+    root = work / "volumes" / label
+    dags: dict[str, tuple[str, Sequence[str]]] = {}
+    specs: dict[str, list[tuple[str, str, str]]] = {}  # name -> (rel, dag, task)
+    for b in range(bundles):
+        name = f"{label}-{b:04d}"
+        dag_id = f"{label}_{name}"
+        tasks = [f"t{a}" for a in range(artifacts)]
+        dags[dag_id] = (name, tasks)
+        specs[name] = []
+        for a, task in enumerate(tasks):
+            rel = f"a{a:02d}.min.mjs"
+            data = typescript_artifact(handler_spec(dag_id, [task]))
+            write_world_readable(root / name / rel, data)
+            specs[name].append((rel, dag_id, task))
+    seed_dags(url, dags)
+    manifests = [
+        bundle_manifest(
+            namespace, name, {"volume": {"path": str(root / name)}}, interval=args.interval
+        )
+        for name in specs
+    ]
+    for start in range(0, len(manifests), 200):
+        apply(kube, manifests[start : start + 200])
+    uids = {
+        item["metadata"]["name"]: item["metadata"]["uid"] for item in list_bundles(api, namespace)
+    }
+    log(f"{label}: recording the known answers (as Airflow's Dag processor would)")
+    rows: dict[str, list[TaskHandlerArtifact]] = {}
+    for name, entries in specs.items():
+        listing = list_candidates(root / name, Language.TYPESCRIPT)
+        by_rel = {c.rel_path: c for c in listing.candidates}
+        rows[name] = [
+            TaskHandlerArtifact(
+                bundle_name=name,
+                relative_fileloc=rel,
+                size_bytes=by_rel[rel].size_bytes,
+                cache_digest=by_rel[rel].cache_digest,
+                task_handlers=renamed(template, dag_id, task),
+            )
+            for rel, dag_id, task in entries
+        ]
+    asyncio.run(_record(url, namespace, uids, rows))
+
+    op = chart_operator(
+        kube, namespace, url, work / f"{label}-operator", parallelism=args.parallelism
+    )
+    started = time.monotonic()
+    op.start()
+    try:
+        last_report = [0.0]
+
+        def all_ready() -> bool:
+            if not op.alive():
+                raise RuntimeError(f"the operator exited:\n{op.tail()}")
+            ready = sum(
+                1 for item in list_bundles(api, namespace) if is_ready(item.get("status") or {})
+            )
+            if time.monotonic() - last_report[0] > 15:
+                last_report[0] = time.monotonic()
+                log(f"{label}: {ready}/{bundles} bundles Ready, {op.passes():.0f} passes")
+            return ready == bundles
+
+        wait_until(f"{label}: every bundle Ready", all_ready, max(WAIT, bundles * 3.0), poll=2)
+        first_passes_s = time.monotonic() - started
+        log(
+            f"{label}: first passes done in {first_passes_s:.0f}s; "
+            f"settling, then a {args.window:g}s window"
+        )
+        time.sleep(args.settle)
+        jobs_before = len(jobs.created)
+        passes_0, cpu_0 = op.passes(), op.cpu_seconds()
+        statements_0 = statements_executed(server.admin_url, DATABASE)
+        requests_0 = apiserver_requests(kube)
+        time.sleep(args.window)
+        requests_1 = apiserver_requests(kube)
+        statements_1 = statements_executed(server.admin_url, DATABASE)
+        passes_1, cpu_1 = op.passes(), op.cpu_seconds()
+        jobs_after = len(jobs.created)
+        rss = op.peak_rss_mib()
+    finally:
+        op.stop()
+        jobs.stop()
+        api.close()
+    passes = passes_1 - passes_0
+    # The apiserver counts every client's requests; the window's statements of the operator's
+    # kinds are its own (nothing else touches bundles, Jobs or Events in the namespace now).
+    delta = request_delta(requests_0, requests_1)
+    ours = {k: v for k, v in delta.items() if k[1].split("/")[0] in _OPERATOR_RESOURCES}
+    writes = {f"{v} {r}": n for (v, r), n in ours.items() if v in WRITE_VERBS}
+    reads = {f"{v} {r}": n for (v, r), n in ours.items() if v not in WRITE_VERBS}
+    lease_writes = sum(n for (v, r), n in delta.items() if r == "leases" and v in WRITE_VERBS)
+    per_pass = max(passes, 1.0)
+    return {
+        "namespace": namespace,
+        "bundles": bundles,
+        "artifacts_per_bundle": artifacts,
+        "interval": args.interval,
+        "first_passes_seconds": round(first_passes_s, 1),
+        "window_seconds": args.window,
+        "passes": passes,
+        "probe_jobs_total": len(jobs.created),
+        "probe_jobs_after_first_passes": jobs_after - jobs_before,
+        "sql_statements": statements_1 - statements_0,
+        "sql_statements_per_pass": round((statements_1 - statements_0) / per_pass, 2),
+        "cpu_seconds": round(cpu_1 - cpu_0, 3),
+        "cpu_ms_per_pass": round((cpu_1 - cpu_0) * 1000 / per_pass, 2),
+        "peak_rss_mib": round(rss, 1),
+        "apiserver_writes": writes,
+        "apiserver_reads": reads,
+        "apiserver_writes_per_pass": round(sum(writes.values()) / per_pass, 3),
+        "apiserver_reads_per_pass": round(sum(reads.values()) / per_pass, 3),
+        "lease_writes_all_clients": lease_writes,
+    }
+
+
+_OPERATOR_RESOURCES = frozenset({names.PLURAL, "jobs", "pods", "events", "secrets", "configmaps"})
+
+
+# --- failover ----------------------------------------------------------------------------------
+
+
+def failover_phase(
+    kube: KubeCluster, url: str, work: Path, args: argparse.Namespace, template: TaskHandlerArtifact
+) -> dict[str, Any]:
+    namespace = f"bench-failover-{uuid.uuid4().hex[:6]}"
+    make_namespace(kube, namespace)
+    api = admin_api(kube)
+    folder = work / "volumes" / "failover"
+    seed_dags(url, {"bench_failover": ("failover", ["f0"])})
+    write_world_readable(
+        folder / "f0.min.mjs", typescript_artifact(handler_spec("bench_failover", ["f0"]))
+    )
+    replicas_dir = work / "failover-operator"
+    first = chart_operator(
+        kube, namespace, url, replicas_dir, parallelism=args.parallelism, name="a"
+    )
+    second = chart_operator(
+        kube, namespace, url, replicas_dir, parallelism=args.parallelism, name="b"
+    )
+    try:
+        first.start()
+        apply(kube, [bundle_manifest(namespace, "failover", {"volume": {"path": str(folder)}})])
+        wait_ready(api, namespace, "failover", first)
+        second.start()
+        wait_until(
+            "the standby's metrics",
+            lambda: (second.metrics() or {}).get("taskhandler_operator_leader") == 0.0,
+            120,
+            0.2,
+        )
+        time.sleep(2)  # the standby has read the Lease at least once
+        log("failover: SIGKILL of the leader")
+        killed = time.monotonic()
+        first.kill()
+
+        def standby_reconciled() -> bool:
+            sums = second.metrics() or {}
+            return (
+                sums.get("taskhandler_operator_leader") == 1.0
+                and sums.get("taskhandler_operator_reconcile_duration_seconds_count", 0.0) > 0
+            )
+
+        took_over = wait_until("the standby to reconcile", standby_reconciled, 300, 0.1)
+    finally:
+        first.stop()
+        second.stop()
+        api.close()
+    lease = ElectionConfig(namespace=namespace).lease_duration
+    seconds = took_over - killed
+    log(f"failover: {seconds:.1f}s (lease {lease}s)")
+    return {"seconds": round(seconds, 2), "lease_duration_seconds": lease}
+
+
+# --- one probe's own cost ----------------------------------------------------------------------
+
+
+def probe_cost_phase() -> dict[str, Any]:
+    """One probe's and one fetch's own cost per language (``benchmarks/probe_cost.py``)."""
+    from benchmarks import probe_cost
+    from taskhandler_operator.devenv.runtimes import SEED_SPEC, build_runtime
+
+    out: dict[str, Any] = {}
+    for language in ("go", "java", "typescript"):
+        artifact = build_runtime(language, SEED_SPEC)
+        out[language] = {
+            "probe": probe_cost.measure_probe_cost(language, artifact),
+            "fetch": probe_cost.measure_fetch_cost(artifact),
+        }
+    return out
+
+
+# --- the report ----------------------------------------------------------------------------------
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    probe = result["probe"]
+    cold, change = probe["cold_start"], probe["change"]
+    steady, compare = result["steady"], result["steady_compare"]
+    failover = result["failover"]
+    job_s = probe["probe_job_seconds"]
+    rows = [
+        {
+            "measure": "probe Job time (baseline)",
+            "measured": f"{job_s:.2f} s",
+            "target": "-",
+            "result": "-",
+        },
+        {
+            "measure": (
+                f"cold start {cold['artifacts']} artifacts, parallelism {cold['parallelism']}"
+            ),
+            "measured": (
+                f"{cold['wall_seconds']:.1f} s = {cold['ratio']:.2f}x "
+                f"ideal {cold['ideal_seconds']:.1f} s ({cold['ratio_to_loaded_job_time']:.2f}x "
+                f"with the Jobs' time under load, {cold['job_seconds_median']:.1f} s)"
+            ),
+            "target": f"<= {TARGET_COLD_RATIO}x",
+            "result": verdict(cold["ratio"] <= TARGET_COLD_RATIO),
+        },
+        {
+            "measure": "change propagation (commit + annotation to binding)",
+            "measured": f"{change['seconds']:.2f} s = job + {change['over_job_seconds']:.2f} s",
+            "target": f"<= 1x job + {TARGET_CHANGE_EXTRA_S:g} s",
+            "result": verdict(change["seconds"] <= job_s + TARGET_CHANGE_EXTRA_S),
+        },
+    ]
+    for s in (steady, compare):
+        scale = f"{s['bundles']} x {s['artifacts_per_bundle']}"
+        rows += [
+            {
+                "measure": f"steady {scale}: probe Jobs after first passes",
+                "measured": (
+                    f"{s['probe_jobs_after_first_passes']} ({s['probe_jobs_total']} in all)"
+                ),
+                "target": "0",
+                "result": verdict(s["probe_jobs_total"] == 0),
+            },
+            {
+                "measure": f"steady {scale}: operator CPU per pass",
+                "measured": f"{s['cpu_ms_per_pass']:.1f} ms ({s['passes']:.0f} passes)",
+                "target": f"<= {TARGET_CPU_MS:g} ms",
+                "result": verdict(s["passes"] > 0 and s["cpu_ms_per_pass"] <= TARGET_CPU_MS),
+            },
+            {
+                "measure": f"steady {scale}: operator peak RSS",
+                "measured": f"{s['peak_rss_mib']:.0f} MiB",
+                "target": f"<= {TARGET_RSS_MIB:g} MiB",
+                "result": verdict(s["peak_rss_mib"] <= TARGET_RSS_MIB),
+            },
+            {
+                "measure": f"steady {scale}: apiserver writes per pass",
+                "measured": (
+                    f"{s['apiserver_writes_per_pass']:.3f} "
+                    f"({s['apiserver_reads_per_pass']:.2f} reads)"
+                ),
+                "target": "0",
+                "result": verdict(s["passes"] > 0 and s["apiserver_writes_per_pass"] == 0),
+            },
+        ]
+    a, b = steady["sql_statements_per_pass"], compare["sql_statements_per_pass"]
+    rows.append(
+        {
+            "measure": (
+                f"SQL statements per pass, {steady['artifacts_per_bundle']} vs "
+                f"{compare['artifacts_per_bundle']} artifacts"
+            ),
+            "measured": f"{a:.2f} vs {b:.2f}",
+            "target": "constant",
+            # Passes are sampled over a window, so allow the fraction one pass more or less makes.
+            "result": verdict(abs(a - b) <= 0.1 * max(a, b, 1.0)),
+        }
+    )
+    limit = failover["lease_duration_seconds"] + FAILOVER_GRACE_S
+    rows.append(
+        {
+            "measure": "failover (SIGKILL of the leader to the standby reconciling)",
+            "measured": f"{failover['seconds']:.1f} s",
+            "target": f"<= {limit:g} s (lease + {FAILOVER_GRACE_S:g} s)",
+            "result": verdict(failover["seconds"] <= limit),
+        }
+    )
+    for language, cost in result.get("probe_cost", {}).items():
+        for command in ("probe", "fetch"):
+            row = cost[command]
+            rows.append(
+                {
+                    "measure": f"{command} own cost, {language} (over {row['baseline_ms']:.0f} ms)",
+                    "measured": f"{row['own_ms']:.0f} ms",
+                    "target": f"<= {row['target_ms']:.0f} ms",
+                    "result": row["verdict"],
+                }
+            )
+    return rows
+
+
+def machine() -> dict[str, Any]:
+    meminfo = Path("/proc/meminfo").read_text().split()
+    return {
+        "nproc": os.cpu_count(),
+        "ram_gib": round(int(meminfo[meminfo.index("MemTotal:") + 1]) / 1024 / 1024, 1),
+        "kernel": platform.release(),
+        "python": sys.version.split()[0],
+        "kubernetes": ensure_bins().versions.kubernetes,
+        "load_average_at_end": os.getloadavg(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--bundles", type=int, default=1000, help="steady-state bundles")
+    parser.add_argument("--artifacts", type=int, default=20, help="artifacts per bundle")
+    parser.add_argument("--cold-artifacts", type=int, default=100, help="cold-start artifacts")
+    parser.add_argument("--parallelism", type=int, default=8, help="probe Jobs at once")
+    parser.add_argument("--interval", default="60s", help="steady-state bundles' interval")
+    parser.add_argument("--window", type=float, default=120.0, help="steady-state window (s)")
+    parser.add_argument("--settle", type=float, default=10.0, help="wait before the window (s)")
+    parser.add_argument("--workdir", type=Path, default=None, help="scratch folder")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    with ExitStack() as stack:
+        work = args.workdir or Path(tempfile.mkdtemp(prefix="thop-bench-operator-"))
+        work.mkdir(parents=True, exist_ok=True)
+        # Volumes and the repository are read by the operator and the node as other users.
+        work.chmod(0o755)
+        if args.workdir is None:
+            stack.callback(shutil.rmtree, work, True)
+        server, url = stack.enter_context(postgres())
+        kube = stack.enter_context(cluster())
+        result: dict[str, Any] = {}
+        probe = probe_phase(kube, url, work, args)
+        template = probe.pop("template")
+        result["probe"] = probe
+        compare_bundles = max(2, args.bundles // 10)
+        result["steady"] = steady_phase(
+            kube, server, url, work, args, template, args.bundles, args.artifacts, "steady"
+        )
+        result["steady_compare"] = steady_phase(
+            kube, server, url, work, args, template, compare_bundles, args.artifacts * 2, "compare"
+        )
+        result["failover"] = failover_phase(kube, url, work, args, template)
+    result["probe_cost"] = probe_cost_phase()
+    rows = targets(result)
+    print_table(rows, ["measure", "measured", "target", "result"], title="Operator benchmark")
+    path = write_json(
+        "operator",
+        {
+            "scale": {
+                "bundles": args.bundles,
+                "artifacts": args.artifacts,
+                "cold_artifacts": args.cold_artifacts,
+                "parallelism": args.parallelism,
+                "interval": args.interval,
+                "window_seconds": args.window,
+            },
+            "machine_info": machine(),
+            "run_seconds": round(time.monotonic() - started, 1),
+            "targets": rows,
+            **result,
+        },
+    )
+    print(f"\nwrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
