@@ -39,6 +39,7 @@ from taskhandler_operator.devenv.kubecluster.control_plane import (
     ControlPlaneError,
     ControlPlaneOptions,
     KubeCluster,
+    node_venv_bin,
     start_cluster,
 )
 from taskhandler_operator.devenv.kubecluster.procs import pid_alive, wait_until_gone
@@ -491,6 +492,27 @@ def test_project_image_runs_the_project_cli(kube: Kube) -> None:
     kube.create_pod("cli", {"restartPolicy": "Never", "containers": [container]})
     assert kube.wait_done("cli") == "Succeeded"
     assert kube.log("cli").startswith("taskhandler-operator ")
+
+
+def test_project_image_runs_a_copy_that_pod_volumes_cannot_hide(kube: Kube) -> None:
+    # Pods mount volumes over host paths in their own mount namespace: a checkout under /tmp
+    # vanished under the probe pods' /tmp emptyDir. The node venv runs a copy of the sources.
+    container = {
+        "name": "c",
+        "image": "ghcr.io/x/taskhandler-operator:dev",
+        "args": ["--version"],
+        "volumeMounts": [{"name": "over", "mountPath": str(REPO_ROOT)}],
+    }
+    spec = {
+        "restartPolicy": "Never",
+        "containers": [container],
+        "volumes": [{"name": "over", "emptyDir": {}}],
+    }
+    kube.create_pod("hidden-checkout", spec)
+    assert kube.wait_done("hidden-checkout") == "Succeeded", kube.log("hidden-checkout")
+    assert kube.log("hidden-checkout").startswith("taskhandler-operator ")
+    copied = node_venv_bin().parent / "src" / "operator" / "taskhandler_operator" / "cli.py"
+    assert copied.read_bytes() == (REPO_ROOT / "operator/taskhandler_operator/cli.py").read_bytes()
 
 
 @pytest.fixture
