@@ -8,16 +8,20 @@ the ones of tests/e2e/test_operator.py, the helpers are in faults_support.py.
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 import subprocess
 import urllib.error
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_operator.devenv.kubecluster.procs import free_port
 from taskhandler_operator.devenv.postgres import PostgresServer
 from taskhandler_operator.kube import names
 from tests.e2e.faults_support import (
@@ -294,6 +298,59 @@ def test_bad_credentials_back_off_while_another_bundle_goes_on_and_recover(
     assert rows(database) == state
     # One Event for the failure however many retries failed.
     assert events(kube_cluster, namespace, "orders-go").count("AuthenticationFailed") == 1
+
+
+def test_a_probe_download_that_keeps_failing_backs_off_instead_of_recreating_jobs(
+    kube_cluster: KubeCluster,
+    namespace: str,
+    repo: GitRepo,
+    source_http: HttpServer,
+    database: str,
+    tmp_path: Path,
+    replicas: list[Replica],
+) -> None:
+    # Probe pods are told an artifact server URL where nothing listens: every download fails.
+    # Such a failure is not the artifact's answer; each failed Job's events wake the bundle, and
+    # the operator used to create the next Job at once, about one a second, for ever.
+    dead = f"http://127.0.0.1:{free_port()}"
+    op = replica(
+        kube_cluster,
+        OPERATOR_USER,
+        namespace,
+        database,
+        tmp_path,
+        "a",
+        THOP_ARTIFACT_SERVER_URL=dead,
+    )
+    replicas.append(op.start())
+    apply(kube_cluster, bundle(namespace, "go", repo.http_url(source_http)))
+    wait_for(
+        "two announced probe retries",
+        lambda: op.text().count("extract: probe retrying in") >= 2,
+        240,
+        more=op.tail,
+    )
+    text = op.text()
+    created = [
+        datetime.fromisoformat(m.group(1))
+        for m in re.finditer(r"^(\S+) INFO .* probe Job \S+ created for extract$", text, re.M)
+    ]
+    waits = [float(w) for w in re.findall(r"extract: probe retrying in ([\d.]+)s", text)]
+    assert len(created) >= 2, text[-3000:]
+    # Each Job was created only after the wait announced when the one before failed.
+    for (before, after), wait in zip(itertools.pairwise(created), waits, strict=False):
+        assert (after - before).total_seconds() >= wait - 0.5, (created, waits)
+    obj = thb(kube_cluster, namespace, "orders-go")
+    failed = [a for a in obj["status"]["artifacts"] if a["path"] == "extract"]
+    assert failed and failed[0]["state"] == "Failed" and failed[0]["reason"] == "FetchFailed"
+    assert "next attempt after" in failed[0]["message"], failed
+    assert condition(obj, "Ready")["status"] == "False"
+
+    # With the right URL (a new operator process) the artifact is probed and bound.
+    op.stop()
+    healthy = make(replicas, kube_cluster, namespace, database, tmp_path, "b").start()
+    ready(kube_cluster, namespace, "orders-go", healthy)
+    assert [b[:2] for b in rows(database)["bindings"]] == [("orders_etl", "extract")]
 
 
 def test_a_database_outage_is_reported_writes_nothing_and_heals(

@@ -22,6 +22,7 @@ import enum
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 BundleKey = tuple[str, str]
 """(namespace, name) of a TaskHandlerBundle."""
@@ -267,3 +268,88 @@ class JobSlots:
         self._waiting.clear()
         for bundle in waiting:
             self.on_freed(bundle)
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """An artifact whose last probe failed for a reason outside it, not probed again before
+    ``due`` (monotonic seconds); ``due_at`` is the same moment on the wall clock, for messages."""
+
+    digest: str | None
+    attempts: int
+    due: float
+    due_at: datetime
+    code: str
+    message: str
+    delay: float
+
+
+@dataclass
+class ProbeRetries:
+    """Per-artifact back-off of retryable probe failures (a fetch that failed, a lost pod, a log
+    that could not be read).
+
+    Such a failure is not stored as the artifact's answer, so without this every pass would
+    probe it again at once; and the failed Job's own events wake the bundle, so a fault that
+    persists became a loop of Jobs created about every second. An entry is keyed by the
+    artifact's path and holds its cache digest: a changed artifact is probed at once. An accepted
+    or a final (non-retryable) answer clears it. At most ``limit`` entries are kept (the oldest
+    go first), so a bundle that renames failing artifacts cannot grow memory.
+    """
+
+    policy: Backoff = field(default_factory=lambda: Backoff(base=5.0, cap=600.0))
+    rand: random.Random = field(default_factory=random.Random)
+    limit: int = 10_000
+    _entries: dict[str, Waiting] = field(default_factory=dict)
+    _states: dict[str, RetryState] = field(default_factory=dict)
+
+    def waiting(self, rel_path: str, digest: str | None, now: float) -> Waiting | None:
+        """The entry when ``rel_path`` (still at ``digest``) must not be probed before its due."""
+        entry = self._entries.get(rel_path)
+        if entry is None or entry.digest != digest or now >= entry.due:
+            return None
+        return entry
+
+    def failed(
+        self, rel_path: str, digest: str | None, code: str, message: str, now: float, wall: datetime
+    ) -> Waiting:
+        """Record a retryable failure; returns the entry with its next due time."""
+        state = self._states.get(rel_path)
+        old = self._entries.get(rel_path)
+        if state is None or old is None or old.digest != digest:
+            state = RetryState(self.policy, self.rand)
+        delay = state.next_delay()
+        entry = Waiting(
+            digest=digest,
+            attempts=state.attempt,
+            due=now + delay,
+            due_at=wall + timedelta(seconds=delay),
+            code=code,
+            message=message,
+            delay=delay,
+        )
+        self._entries.pop(rel_path, None)  # re-insert: the dict's order is the eviction order
+        self._entries[rel_path] = entry
+        self._states[rel_path] = state
+        while len(self._entries) > self.limit:
+            oldest = next(iter(self._entries))
+            del self._entries[oldest]
+            self._states.pop(oldest, None)
+        return entry
+
+    def settled(self, rel_path: str) -> None:
+        """The artifact got an answer (accepted, or failed for a reason of its own)."""
+        self._entries.pop(rel_path, None)
+        self._states.pop(rel_path, None)
+
+    def next_due(self, now: float) -> float | None:
+        """Seconds until the earliest entry still in the future is due; None when none is.
+
+        An entry already due was either probed by the pass that just ran (and replaced or
+        cleared) or belongs to an artifact no longer listed: it must not keep waking the bundle.
+        """
+        ahead = [e.due for e in self._entries.values() if e.due > now]
+        return min(ahead) - now if ahead else None
+
+    def __len__(self) -> int:
+        return len(self._entries)

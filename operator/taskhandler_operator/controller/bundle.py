@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from taskhandler_operator.artifacts.listing import ListingCache
-from taskhandler_operator.controller.backoff import Backoff, RetryState, jittered
+from taskhandler_operator.controller.backoff import Backoff, ProbeRetries, RetryState, jittered
 from taskhandler_operator.controller.kubeapi import KubeApiError, NotFound
 from taskhandler_operator.controller.logs import bundle_context, set_revision
 from taskhandler_operator.controller.probing import JobProber
@@ -126,6 +126,7 @@ class BundleMemory:
 
     listing_cache: ListingCache = field(default_factory=ListingCache)
     retry: RetryState = field(default_factory=lambda: RETRY.start())
+    probe_retries: ProbeRetries = field(default_factory=ProbeRetries)
     last_status: Mapping[str, Any] | None = None
 
 
@@ -136,6 +137,7 @@ class PassReport:
     retry_in: float | None  # seconds until a retry (a failure), None: the interval
     interval: float
     jobs_created: tuple[str, ...] = ()
+    probe_due: float | None = None  # seconds until an artifact's probe back-off ends
 
 
 def _stalled_status(
@@ -204,6 +206,7 @@ async def _reconcile(
         operator_image=runtime.options.operator_image,
         runtime_images=runtime.runtime_images,
         pod_settings=runtime.options.pod_settings,
+        retries=memory.probe_retries,
     )
     ports = PassPorts(
         syncer=syncer,
@@ -275,7 +278,14 @@ async def _reconcile(
             log.warning("pass failed (%s), retrying in %.0fs: %s", error.reason, retry_in, error)
         else:
             log.warning("pass stopped (%s): %s", error.reason, error)
-    return PassReport(new, written, retry_in, interval, tuple(prober.jobs_created))
+    return PassReport(
+        new,
+        written,
+        retry_in,
+        interval,
+        tuple(prober.jobs_created),
+        probe_due=memory.probe_retries.next_due(time.monotonic()),
+    )
 
 
 def retry_after(error: PassError | None, retry: RetryState) -> float | None:
@@ -295,10 +305,14 @@ def retry_after(error: PassError | None, retry: RetryState) -> float | None:
 
 def sleep_after(report: PassReport, rand: random.Random) -> float:
     """How long the loop sleeps after ``report``: the back-off when a retry is due, else the
-    interval with jitter (wake-ups end the sleep earlier either way)."""
+    interval with jitter, or less when an artifact's probe back-off ends first (wake-ups end
+    the sleep earlier either way)."""
     if report.retry_in is not None:
         return report.retry_in
-    return jittered(report.interval, rand)
+    sleep = jittered(report.interval, rand)
+    if report.probe_due is not None:
+        sleep = min(sleep, report.probe_due)
+    return sleep
 
 
 async def _dag_bundle_sync(

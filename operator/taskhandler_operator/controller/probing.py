@@ -14,6 +14,11 @@ For each artifact the pass wants probed, :class:`JobProber`:
    log's result must hash to the summary's sha256); a failed Job becomes a ``ProbeFailed``
    with :func:`~taskhandler_operator.kube.probe_job.job_outcome`'s reason.
 
+A failure that says nothing about the artifact (``retryable``: a fetch that failed, a lost pod)
+is not final: with ``retries`` (the bundle's :class:`~taskhandler_operator.controller.backoff.
+ProbeRetries`) the artifact is probed again only after a capped, jittered back-off, and its
+message says when.
+
 ``codes`` keeps the CamelCase reason of each failure (the port's ``ProbeFailed`` carries only
 the sentence), for the status' artifact list.
 """
@@ -22,14 +27,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
 from taskhandler_operator.artifacts.models import Language
-from taskhandler_operator.controller.backoff import BundleKey, JobSlots
+from taskhandler_operator.controller.backoff import BundleKey, JobSlots, ProbeRetries, Waiting
 from taskhandler_operator.controller.kubeapi import KubeApi, KubeApiError, NotFound
 from taskhandler_operator.controller.metrics import Metrics
 from taskhandler_operator.kube.probe_job import (
@@ -46,11 +54,12 @@ from taskhandler_operator.kube.probe_job import (
     job_outcome,
 )
 from taskhandler_operator.kube.spec import TaskHandlerBundleSpec
+from taskhandler_operator.kube.status import MAX_ITEM_MESSAGE_CHARS, shorten
 from taskhandler_operator.protocol.summary import ResultRejected, accept_result
 from taskhandler_operator.reconcile.models import ProbeAccepted, ProbeFailed, ProbeRequest
 from taskhandler_operator.sources.server import ArtifactServer
 
-__all__ = ["JobProber", "JobSignals"]
+__all__ = ["JobProber", "JobSignals", "waiting_message"]
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +67,8 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 10.0
 #: Largest probe log read (the result is one line of it; limits.py bounds results lower).
 RESULT_LOG_LIMIT = 32 * 1024 * 1024
-#: Failures that say nothing about the artifact: the Job is deleted so the next pass retries.
+#: Failures that say nothing about the artifact: the Job is deleted so a later pass retries
+#: (after the bundle's back-off for that artifact).
 TRANSIENT = {
     ProbeFailure.POD_LOST.value,
     ProbeFailure.EVICTED.value,
@@ -115,12 +125,38 @@ class JobProber:
     jobs_created: list[str] = field(default_factory=list)
     running: int = 0
     """Jobs created or adopted by this pass whose result is awaited (the running-Jobs gauge)."""
+    retries: ProbeRetries | None = None
+    """The bundle's per-artifact back-off of retryable failures (kept between passes)."""
 
     @property
     def key(self) -> BundleKey:
         return (self.bundle.namespace, self.bundle.name)
 
     async def __call__(self, request: ProbeRequest) -> ProbeAccepted | ProbeFailed:
+        rel, digest = request.candidate.rel_path, request.candidate.cache_digest
+        if self.retries is not None:
+            waiting = self.retries.waiting(rel, digest, time.monotonic())
+            if waiting is not None:
+                self.codes[rel] = waiting.code
+                return ProbeFailed(rel, waiting_message(waiting), retryable=True)
+        outcome = await self._probe(request)
+        if self.retries is None:
+            return outcome
+        if isinstance(outcome, ProbeFailed) and outcome.retryable:
+            entry = self.retries.failed(
+                rel,
+                digest,
+                self.codes.get(rel, ""),
+                outcome.reason,
+                time.monotonic(),
+                datetime.now(UTC),
+            )
+            log.info("%s: probe retrying in %.1fs (attempt %d)", rel, entry.delay, entry.attempts)
+            return dataclasses.replace(outcome, reason=waiting_message(entry))
+        self.retries.settled(rel)
+        return outcome
+
+    async def _probe(self, request: ProbeRequest) -> ProbeAccepted | ProbeFailed:
         rel = request.candidate.rel_path
         try:
             files = await self._files(request)
@@ -285,6 +321,15 @@ _OUTCOMES: Final = {
     ProbeFailure.ARTIFACT_REFUSED.value: "rejected",
     ProbeFailure.DEADLINE_EXCEEDED.value: "timed_out",
 }
+
+
+def waiting_message(entry: Waiting) -> str:
+    """The failure's sentence and when the artifact is tried again; the same on every pass of
+    one wait, so a pass that skips the artifact does not rewrite the status."""
+    when = entry.due_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    suffix = f" (attempt {entry.attempts}; next attempt after {when})"
+    # The status cuts long messages at the end: shorten the sentence so the suffix stays.
+    return shorten(entry.message, MAX_ITEM_MESSAGE_CHARS - len(suffix)) + suffix
 
 
 def _jars(root: Path) -> list[str]:

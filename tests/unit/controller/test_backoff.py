@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -12,6 +13,7 @@ from taskhandler_operator.controller.backoff import (
     BundleKey,
     Jitter,
     JobSlots,
+    ProbeRetries,
     Wakeup,
     Wakeups,
     jittered,
@@ -242,3 +244,56 @@ def test_observe_fewer_jobs_wakes_waiters() -> None:
 def test_zero_capacity_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         JobSlots(capacity=0)
+
+
+# --- ProbeRetries ----------------------------------------------------------------------------
+
+WALL = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+
+
+class _Top(random.Random):
+    def uniform(self, a: float, b: float) -> float:
+        return b
+
+
+def test_a_retryable_probe_failure_waits_and_the_wait_grows() -> None:
+    retries = ProbeRetries(Backoff(base=5, cap=60), _Top())
+    first = retries.failed("a.bin", "d1", "FetchFailed", "download refused", 100.0, WALL)
+    assert (first.attempts, first.delay, first.due) == (1, 15.0, 115.0)
+    assert first.due_at == WALL + timedelta(seconds=15)
+    assert retries.waiting("a.bin", "d1", 114.9) == first
+    assert retries.waiting("a.bin", "d1", 115.0) is None  # due: probe it
+    second = retries.failed("a.bin", "d1", "FetchFailed", "download refused", 115.0, WALL)
+    assert (second.attempts, second.delay) == (2, 45.0)
+    third = retries.failed("a.bin", "d1", "PodLost", "pod gone", 160.0, WALL)
+    assert (third.attempts, third.delay, third.code) == (3, 60.0, "PodLost")  # capped
+
+
+def test_a_changed_artifact_or_an_answer_ends_the_wait() -> None:
+    retries = ProbeRetries(Backoff(base=5, cap=60), _Top())
+    retries.failed("a.bin", "d1", "FetchFailed", "x", 0.0, WALL)
+    assert retries.waiting("a.bin", "d2", 1.0) is None  # new content: probe at once
+    again = retries.failed("a.bin", "d2", "FetchFailed", "x", 1.0, WALL)
+    assert again.attempts == 1  # and its back-off starts over
+    retries.settled("a.bin")
+    assert retries.waiting("a.bin", "d2", 2.0) is None and len(retries) == 0
+
+
+def test_next_due_is_the_earliest_future_wait_and_ignores_stale_entries() -> None:
+    retries = ProbeRetries(Backoff(base=5, cap=60), _Top())
+    assert retries.next_due(0.0) is None
+    retries.failed("a", "d", "FetchFailed", "x", 0.0, WALL)  # due 15
+    retries.failed("b", "d", "FetchFailed", "x", 10.0, WALL)  # due 25
+    assert retries.next_due(5.0) == 10.0
+    # "a" is due and no longer listed (never probed again): it must not keep waking the bundle.
+    assert retries.next_due(20.0) == 5.0
+    assert retries.next_due(30.0) is None
+
+
+def test_entries_are_bounded_oldest_first() -> None:
+    retries = ProbeRetries(Backoff(base=5, cap=60), _Top(), limit=3)
+    for name in "abcd":
+        retries.failed(name, "d", "FetchFailed", "x", 0.0, WALL)
+    assert len(retries) == 3
+    assert retries.waiting("a", "d", 1.0) is None
+    assert retries.waiting("d", "d", 1.0) is not None

@@ -86,6 +86,11 @@ def test_the_loop_sleeps_the_back_off_or_the_jittered_interval() -> None:
     fine = PassReport(status, written=False, retry_in=None, interval=3600.0)
     assert sleep_after(fine, Highest()) == pytest.approx(3600.0 * 1.2)
     assert sleep_after(fine, Lowest()) == pytest.approx(3600.0 * 0.8)
+    # An artifact's probe back-off that ends before the interval wakes the loop for it.
+    waiting = PassReport(status, written=False, retry_in=None, interval=3600.0, probe_due=12.0)
+    assert sleep_after(waiting, Highest()) == 12.0
+    later = PassReport(status, written=False, retry_in=None, interval=10.0, probe_due=500.0)
+    assert sleep_after(later, Lowest()) == pytest.approx(8.0)
 
 
 def test_the_policy_is_capped_exponential() -> None:
