@@ -149,16 +149,3 @@ def fresh_namespace(kube_cluster: KubeCluster) -> Iterator[FreshNamespace]:
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if _used_seed:
         terminalreporter.write_line(f"chaos tests ran with seed {_used_seed[0]} ({replay_hint()})")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every chaos test is ``chaos``-marked, so ``make test`` (``-m 'not chaos'``) skips them.
-
-    On a clean CI checkout the short variants failed: the probe pods' ``pods/log`` answered 404,
-    the operator read no result and re-created the Jobs without back-off (docs/operations.md,
-    "Known failure"). They stay in ``make chaos`` until that is fixed.
-    """
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.path)).parents:
-            item.add_marker(pytest.mark.chaos)
