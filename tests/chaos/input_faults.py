@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_operator.devenv.operator_process import request_reconcile
 from taskhandler_operator.kube import names
 from tests.chaos.faulty_server import FaultyServer
 from tests.e2e.faults_support import Replica, condition, replica, thb
@@ -145,15 +146,7 @@ def ready(cluster: KubeCluster, namespace: str, name: str, r: Replica) -> dict[s
 
 def request_pass(cluster: KubeCluster, namespace: str, name: str, token: str) -> float:
     """Set the reconcile-now annotation to ``token``; the monotonic time it was set."""
-    cluster.kubectl(
-        "annotate",
-        "thb",
-        name,
-        "-n",
-        namespace,
-        "--overwrite",
-        f"{names.ANNOTATION_RECONCILE_REQUESTED_AT}={token}",
-    )
+    request_reconcile(cluster, namespace, name, token)
     return time.monotonic()
 
 

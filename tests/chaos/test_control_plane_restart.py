@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_operator.devenv.operator_process import request_reconcile
 from tests.chaos.conftest import FreshDatabase, MakeReplica, RecordJobs
 from tests.chaos.harness import (
     READY_SECONDS,
@@ -38,7 +39,7 @@ from tests.chaos.harness import (
     stubs,
     wait_leading,
 )
-from tests.e2e.faults_support import Replica, condition, reconcile_now, rows, thb, wait_for
+from tests.e2e.faults_support import Replica, condition, rows, thb, wait_for
 from tests.e2e.operator_env import apply
 from tests.fixtures.runtimes_plugin import RuntimeFactory
 from tests.fixtures.sources import GitRepo, HttpServer
@@ -144,7 +145,7 @@ def test_a_control_plane_restart_mid_pass_loses_and_repeats_nothing(
 
     # The watches resumed: a request made after the restart is seen and handled.
     token = f"after-{component}-{uuid.uuid4().hex[:6]}"
-    reconcile_now(kube_cluster, namespace, BUNDLE, token)
+    request_reconcile(kube_cluster, namespace, BUNDLE, token)
 
     def handled() -> bool:
         supervised(op, exits)

@@ -24,8 +24,11 @@ import sqlalchemy as sa
 
 from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.devenv.kubecluster.procs import free_port
+from taskhandler_operator.devenv.operator_process import (
+    prepare_operator_namespace,
+    request_reconcile,
+)
 from taskhandler_operator.kube import names
-from taskhandler_operator.kube.rbac import operator_rbac, probe_service_account, user_subject
 from tests.fixtures.sources import HTTP_USER, PLANTED_PASSWORD
 
 OPERATOR_USER = "taskhandler-operator-e2e"
@@ -62,22 +65,7 @@ def apply(cluster: KubeCluster, obj: Mapping[str, Any]) -> None:
 
 def prepare_namespace(cluster: KubeCluster, namespace: str) -> None:
     """Restricted Pod Security, the probe account, the operator's RBAC and the git Secret."""
-    cluster.kubectl(
-        "label",
-        "namespace",
-        namespace,
-        "pod-security.kubernetes.io/enforce=restricted",
-        "pod-security.kubernetes.io/enforce-version=latest",
-    )
-    apply(cluster, probe_service_account(namespace))
-    for obj in operator_rbac(
-        namespace=namespace,
-        subject=user_subject(OPERATOR_USER),
-        mode="namespaced",
-        watch_namespaces=[namespace],
-        name=f"thop-{namespace}",
-    ):
-        apply(cluster, obj)
+    prepare_operator_namespace(cluster, namespace, OPERATOR_USER)
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -242,15 +230,7 @@ def reconcile_now(cluster: KubeCluster, namespace: str, name: str, op: Operator)
     """Ask for a pass now (the reconcile-requested-at annotation) and wait until a pass has
     handled it; return the status that pass wrote."""
     token = f"e2e-{uuid.uuid4().hex[:8]}"
-    cluster.kubectl(
-        "annotate",
-        "thb",
-        name,
-        "-n",
-        namespace,
-        "--overwrite",
-        f"{names.ANNOTATION_RECONCILE_REQUESTED_AT}={token}",
-    )
+    request_reconcile(cluster, namespace, name, token)
     return wait_status(
         cluster,
         namespace,
