@@ -33,11 +33,11 @@ from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 from tests.chaos.faulty_server import FaultyProxy, FaultyServer, Mode, ProxyMode
 from tests.chaos.input_faults import (
     ARTIFACT,
-    archive,
+    assert_source_failed_and_kept,
     diagnose,
     handled,
-    http_bundle,
     ready,
+    ready_http_bundle,
     request_pass,
     start_replica,
     store_entries,
@@ -46,9 +46,6 @@ from tests.chaos.input_faults import (
 from tests.chaos.input_faults import faulty_server as faulty_server
 from tests.chaos.input_faults import go_artifact as go_artifact
 from tests.chaos.input_faults import replicas as replicas
-from tests.e2e.conftest import migrated as migrated
-from tests.e2e.conftest import namespace as namespace
-from tests.e2e.conftest import thb_crd as thb_crd
 from tests.e2e.faults_support import Replica, condition, jobs_by_name, rows, wait_for
 from tests.e2e.operator_env import apply, commit_files, git_bundle
 from tests.e2e.test_operator import database as database
@@ -86,19 +83,19 @@ def test_a_failing_source_server_is_bounded_keeps_the_revision_and_heals(
     tmp_path: Path,
 ) -> None:
     store = tmp_path / "operator" / "revisions"
-    op = start_replica(replicas, kube_cluster, namespace, database, tmp_path / "operator")
-    url, sha = faulty_server.put("orders.tar.gz", archive({ARTIFACT: go_artifact}))
-    apply(
+    op, sha, good, state, kept, jobs = ready_http_bundle(
+        replicas,
         kube_cluster,
-        http_bundle(namespace, NAME, url, sha, timeout=f"{TIMEOUT_SECONDS}s"),
+        namespace,
+        database,
+        faulty_server,
+        NAME,
+        {ARTIFACT: go_artifact},
+        archive_name="orders.tar.gz",
+        store=store,
+        workdir=tmp_path / "operator",
+        timeout=f"{TIMEOUT_SECONDS}s",
     )
-    good = ready(kube_cluster, namespace, NAME, op)["status"]
-    assert good["revision"] == sha, good
-    state = rows(database)
-    assert len(state["bindings"]) == 1, state
-    kept = store_entries(store, namespace, NAME)
-    assert sha in kept, kept
-    jobs = jobs_by_name(kube_cluster, namespace)
 
     for mode, (reason, words) in EXPECTED.items():
         faulty_server.set_mode(mode)
@@ -115,17 +112,9 @@ def test_a_failing_source_server_is_bounded_keeps_the_revision_and_heals(
         assert took <= bound, f"the {mode} pass took {took:.1f}s, over {bound}s\n{more}"
         assert faulty_server.requests[mode] > before, f"the server never saw the {mode}\n{more}"
 
-        source = condition(failed, "SourceReady")
-        assert source.get("status") == "False", more
-        assert source.get("reason") == reason, more
-        for word in words:
-            assert word in source.get("message", ""), more
-        assert condition(failed, "Ready").get("status") == "False", more
         # The last revision and its bindings stay, in status, in the database and on disk.
-        status = failed["status"]
-        assert status["revision"] == good["revision"], more
-        assert status["publishedRevision"] == good["publishedRevision"], more
-        assert rows(database) == state, more
+        assert_source_failed_and_kept(failed, reason, words, good, state, database, more)
+        assert condition(failed, "Ready").get("status") == "False", more
         assert store_entries(store, namespace, NAME) == kept, more  # no half revision
         assert (store / namespace / NAME / sha / ARTIFACT).is_file(), more
 
@@ -236,15 +225,7 @@ def test_a_failing_git_server_is_bounded_kills_git_keeps_the_revision_and_heals(
             more = diagnose(kube_cluster, namespace, NAME, op)
             assert took <= bound, f"the {mode} pass took {took:.1f}s, over {bound}s\n{more}"
             assert proxy.connections[mode] > before, f"git never met the {mode}\n{more}"
-            source = condition(failed, "SourceReady")
-            assert source.get("status") == "False", more
-            assert source.get("reason") == reason, more
-            for word in words:
-                assert word in source.get("message", ""), more
-            status = failed["status"]
-            assert status["revision"] == good["revision"], more
-            assert status["publishedRevision"] == good["publishedRevision"], more
-            assert rows(database) == state, more
+            assert_source_failed_and_kept(failed, reason, words, good, state, database, more)
             # Every git process a sync started ends with it (killed at the timeout at the
             # latest), however the server misbehaves: none outlives two timeouts.
             outlive(git_pids(proxy.port), proxy.port, 2 * TIMEOUT_SECONDS + 10, op)
