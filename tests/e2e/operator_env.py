@@ -29,6 +29,7 @@ from taskhandler_operator.devenv.operator_process import (
     request_reconcile,
 )
 from taskhandler_operator.kube import names
+from tests.fixtures.runtimes_plugin import RuntimeFactory
 from tests.fixtures.sources import HTTP_USER, PLANTED_PASSWORD
 
 OPERATOR_USER = "taskhandler-operator-e2e"
@@ -241,6 +242,25 @@ def reconcile_now(cluster: KubeCluster, namespace: str, name: str, op: Operator)
     )
 
 
+def stalled(status: Mapping[str, Any]) -> dict[str, Any]:
+    """The bundle's Stalled condition ({} when it is not stalled)."""
+    return condition(status, "Stalled") or {}
+
+
+def wait_stalled(
+    cluster: KubeCluster, namespace: str, name: str, op: Operator, reason: str
+) -> dict[str, Any]:
+    """Wait until the bundle is Stalled with ``reason`` (a claim conflict); that status."""
+    return wait_status(
+        cluster,
+        namespace,
+        name,
+        op,
+        reason,
+        lambda s: stalled(s).get("status") == "True" and stalled(s).get("reason") == reason,
+    )
+
+
 def probe_jobs(cluster: KubeCluster, namespace: str, bundle: str | None = None) -> list[str]:
     selector = f"{names.LABEL_MANAGED_BY}={names.MANAGER}"
     if bundle is not None:
@@ -353,6 +373,11 @@ def handler_spec(*keys: tuple[str, str]) -> dict[str, list[dict[str, Any]]]:
     for dag_id, task_id in keys:
         spec.setdefault(dag_id, []).append({"task_id": task_id, "binding": "named", "params": []})
     return spec
+
+
+def go_handlers(runtime_factory: RuntimeFactory, *keys: tuple[str, str]) -> bytes:
+    """A Go test runtime declaring argless named handlers for ``(dag_id, task_id)`` keys."""
+    return Path(runtime_factory("go", spec=handler_spec(*keys))).read_bytes()
 
 
 def commit_files(
