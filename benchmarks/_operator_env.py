@@ -27,6 +27,7 @@ from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 from prometheus_client.parser import text_string_to_metric_families
 
+from taskhandler_operator.devenv import manifests
 from taskhandler_operator.devenv.chart_install import CHART, HostPorts, process_node_values
 from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.devenv.kubecluster.procs import free_port
@@ -88,19 +89,16 @@ def bundle_manifest(
     interval: str = "1h",
     parallelism: int = 4,
 ) -> dict[str, Any]:
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "bundleName": name,
-            "language": "typescript",
-            "queues": [name],
-            "source": dict(source),
-            "interval": interval,
-            "probe": {"timeout": "2m", "parallelism": parallelism},
-        },
-    }
+    """A TypeScript bundle on its own queue, probed ``parallelism`` Jobs at a time."""
+    return manifests.bundle_manifest(
+        namespace,
+        name,
+        language="typescript",
+        source=source,
+        queues=[name],
+        interval=interval,
+        probe={"timeout": "2m", "parallelism": parallelism},
+    )
 
 
 def bundle_status(api: k8s_client.ApiClient, namespace: str, name: str) -> dict[str, Any]:

@@ -20,8 +20,8 @@ from typing import Any, NamedTuple
 import pytest
 
 from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_operator.devenv.manifests import bundle_manifest
 from taskhandler_operator.devenv.operator_process import request_reconcile
-from taskhandler_operator.kube import names
 from tests.chaos.faulty_server import FaultyServer
 from tests.e2e.faults_support import Replica, condition, jobs_by_name, replica, rows, thb
 from tests.e2e.operator_env import OPERATOR_USER, apply, handler_spec
@@ -85,20 +85,8 @@ def http_bundle(
     namespace: str, name: str, url: str, sha256: str, *, timeout: str = "2m"
 ) -> dict[str, Any]:
     """A Go TaskHandlerBundle over the archive at ``url`` (queue ``go``)."""
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "bundleName": name,
-            "language": "go",
-            "queues": ["go"],
-            "source": {"http": {"url": url, "sha256": sha256}},
-            "interval": "1h",
-            "timeout": timeout,
-            "probe": {"timeout": "1m"},
-        },
-    }
+    source = {"http": {"url": url, "sha256": sha256}}
+    return bundle_manifest(namespace, name, language="go", source=source, timeout=timeout)
 
 
 def diagnose(cluster: KubeCluster, namespace: str, name: str, r: Replica) -> str:

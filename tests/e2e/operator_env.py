@@ -24,6 +24,7 @@ import sqlalchemy as sa
 
 from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.devenv.kubecluster.procs import free_port
+from taskhandler_operator.devenv.manifests import bundle_manifest
 from taskhandler_operator.devenv.operator_process import (
     prepare_operator_namespace,
     request_reconcile,
@@ -148,27 +149,16 @@ def git_bundle(
     **spec: Any,
 ) -> dict[str, Any]:
     """A TaskHandlerBundle reading ``path`` of the git repository at ``url`` (branch main)."""
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "bundleName": bundle_name or name,
-            "language": language,
-            "queues": list(queues or [language]),
-            "source": {
-                "git": {
-                    "url": url,
-                    "ref": "main",
-                    "path": path,
-                    "secretRef": {"name": "git-auth"},
-                }
-            },
-            "interval": "1h",
-            "probe": {"timeout": "1m"},
-            **spec,
-        },
-    }
+    source = {"git": {"url": url, "ref": "main", "path": path, "secretRef": {"name": "git-auth"}}}
+    return bundle_manifest(
+        namespace,
+        name,
+        language=language,
+        source=source,
+        queues=queues,
+        bundle_name=bundle_name,
+        **spec,
+    )
 
 
 def get_bundle(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any]:
