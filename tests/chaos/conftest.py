@@ -39,8 +39,9 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -168,28 +169,17 @@ class BundleRun(NamedTuple):
     more: Callable[[], str]
 
 
-class StartBundleRun(Protocol):
+@dataclass(frozen=True)
+class StartBundleRun:
+    """``bundle_run(namespace, url, ...)``: what the ``bundle_run`` fixture hands a test."""
+
+    cluster: KubeCluster
+    fresh_database: FreshDatabase
+    replicas: MakeReplica
+    record_jobs: RecordJobs
+
     def __call__(
         self,
-        namespace: str,
-        url: str,
-        *,
-        bundle: str,
-        artifacts: int,
-        parallelism: int,
-        run: str = "a",
-        note: Callable[[], str] = lambda: "",
-    ) -> BundleRun: ...
-
-
-@pytest.fixture
-def bundle_run(
-    kube_cluster: KubeCluster,
-    fresh_database: FreshDatabase,
-    replicas: MakeReplica,
-    record_jobs: RecordJobs,
-) -> StartBundleRun:
-    def start(
         namespace: str,
         url: str,
         *,
@@ -202,18 +192,26 @@ def bundle_run(
         """A fresh database with ``artifacts`` stubs, a Job recorder on ``namespace``, replica
         ``run`` started and leading, then the Go ``bundle`` over ``url`` applied; ``more()``
         is the failure report, after ``note()``."""
-        database = fresh_database(stubs(artifacts))
-        recorder = record_jobs(namespace)
-        op = replicas(namespace, database, run).start()
+        database = self.fresh_database(stubs(artifacts))
+        recorder = self.record_jobs(namespace)
+        op = self.replicas(namespace, database, run).start()
 
         def more() -> str:
-            return note() + diagnose(kube_cluster, namespace, [bundle], [op], recorder)
+            return note() + diagnose(self.cluster, namespace, [bundle], [op], recorder)
 
         wait_leading(op, more)
-        apply(kube_cluster, go_bundle(namespace, bundle, url, parallelism))
+        apply(self.cluster, go_bundle(namespace, bundle, url, parallelism))
         return BundleRun(database, recorder, op, more)
 
-    return start
+
+@pytest.fixture
+def bundle_run(
+    kube_cluster: KubeCluster,
+    fresh_database: FreshDatabase,
+    replicas: MakeReplica,
+    record_jobs: RecordJobs,
+) -> StartBundleRun:
+    return StartBundleRun(kube_cluster, fresh_database, replicas, record_jobs)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

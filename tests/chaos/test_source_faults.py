@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,6 +74,22 @@ EXPECTED: dict[Mode, tuple[str, tuple[str, ...]]] = {
 }
 
 
+def bounded_pass(
+    cluster: KubeCluster, namespace: str, op: Replica, mode: str, token: str
+) -> tuple[dict[str, Any], str]:
+    """Ask for a pass (``token``) and wait until it is handled, within the bound; the bundle
+    and the failure report."""
+    asked = request_pass(cluster, namespace, NAME, token)
+    # A retry pass may already be running against the fault when the request comes:
+    # the requested pass starts after it, so two source timeouts bound the wait.
+    bound = 2 * TIMEOUT_SECONDS + SLACK_SECONDS
+    failed = wait_until(cluster, namespace, NAME, op, f"handled the {mode} pass", handled(token))
+    took = time.monotonic() - asked
+    more = diagnose(cluster, namespace, NAME, op)
+    assert took <= bound, f"the {mode} pass took {took:.1f}s, over {bound}s\n{more}"
+    return failed, more
+
+
 def test_a_failing_source_server_is_bounded_keeps_the_revision_and_heals(
     kube_cluster: KubeCluster,
     namespace: str,
@@ -100,16 +117,7 @@ def test_a_failing_source_server_is_bounded_keeps_the_revision_and_heals(
     for mode, (reason, words) in EXPECTED.items():
         faulty_server.set_mode(mode)
         before = faulty_server.requests[mode]
-        asked = request_pass(kube_cluster, namespace, NAME, f"fault-{mode}")
-        # A retry pass may already be running against the fault when the request comes:
-        # the requested pass starts after it, so two source timeouts bound the wait.
-        bound = 2 * TIMEOUT_SECONDS + SLACK_SECONDS
-        failed = wait_until(
-            kube_cluster, namespace, NAME, op, f"handled the {mode} pass", handled(f"fault-{mode}")
-        )
-        took = time.monotonic() - asked
-        more = diagnose(kube_cluster, namespace, NAME, op)
-        assert took <= bound, f"the {mode} pass took {took:.1f}s, over {bound}s\n{more}"
+        failed, more = bounded_pass(kube_cluster, namespace, op, mode, f"fault-{mode}")
         assert faulty_server.requests[mode] > before, f"the server never saw the {mode}\n{more}"
 
         # The last revision and its bindings stay, in status, in the database and on disk.
@@ -211,19 +219,7 @@ def test_a_failing_git_server_is_bounded_kills_git_keeps_the_revision_and_heals(
         for mode, (reason, words) in GIT_EXPECTED.items():
             proxy.set_mode(mode)
             before = proxy.connections[mode]
-            asked = request_pass(kube_cluster, namespace, NAME, f"git-{mode}")
-            bound = 2 * TIMEOUT_SECONDS + SLACK_SECONDS
-            failed = wait_until(
-                kube_cluster,
-                namespace,
-                NAME,
-                op,
-                f"handled the {mode} pass",
-                handled(f"git-{mode}"),
-            )
-            took = time.monotonic() - asked
-            more = diagnose(kube_cluster, namespace, NAME, op)
-            assert took <= bound, f"the {mode} pass took {took:.1f}s, over {bound}s\n{more}"
+            failed, more = bounded_pass(kube_cluster, namespace, op, mode, f"git-{mode}")
             assert proxy.connections[mode] > before, f"git never met the {mode}\n{more}"
             assert_source_failed_and_kept(failed, reason, words, good, state, database, more)
             # Every git process a sync started ends with it (killed at the timeout at the
