@@ -8,15 +8,13 @@ numbers they produce are easy to check by eye in the JSON.
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -29,13 +27,18 @@ from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 from prometheus_client.parser import text_string_to_metric_families
 
+from taskhandler_operator.devenv import manifests
 from taskhandler_operator.devenv.chart_install import CHART, HostPorts, process_node_values
 from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.devenv.kubecluster.procs import free_port
+from taskhandler_operator.devenv.operator_process import (
+    OperatorReplica,
+    poll_until,
+    prepare_operator_namespace,
+)
 from taskhandler_operator.devenv.packers import pack_typescript_bundle
 from taskhandler_operator.devenv.runtimes import SOURCES, typescript_code
 from taskhandler_operator.kube import names
-from taskhandler_operator.kube.rbac import operator_rbac, probe_service_account, user_subject
 
 OPERATOR_USER = "taskhandler-operator-bench"
 CLUSTER_ID = "bench"
@@ -57,24 +60,11 @@ def log(message: str) -> None:
 # --- the cluster side ---------------------------------------------------------------------------
 
 
-def apply(cluster: KubeCluster, objs: Iterable[Mapping[str, Any]]) -> None:
-    items = list(objs)
-    if items:
-        document = {"apiVersion": "v1", "kind": "List", "items": items}
-        cluster.kubectl("apply", "-f", "-", input=json.dumps(document), timeout=600)
-
-
 def make_namespace(cluster: KubeCluster, namespace: str) -> None:
-    """A namespace as the chart's probe namespaces: restricted Pod Security, the probe account,
-    the operator's namespaced RBAC bound to its own user."""
+    """A namespace as the chart's probe namespaces (restricted Pod Security, the probe account,
+    the operator's namespaced RBAC bound to its own user), ready for pods."""
     cluster.kubectl("create", "namespace", namespace)
-    cluster.kubectl(
-        "label",
-        "namespace",
-        namespace,
-        "pod-security.kubernetes.io/enforce=restricted",
-        "pod-security.kubernetes.io/enforce-version=latest",
-    )
+    prepare_operator_namespace(cluster, namespace, OPERATOR_USER)
     # Pods are refused until the serviceaccount controller has made the default account.
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -82,14 +72,6 @@ def make_namespace(cluster: KubeCluster, namespace: str) -> None:
         if done.returncode == 0:
             break
         time.sleep(0.2)
-    rbac = operator_rbac(
-        namespace=namespace,
-        subject=user_subject(OPERATOR_USER),
-        mode="namespaced",
-        watch_namespaces=[namespace],
-        name=f"thop-{namespace}",
-    )
-    apply(cluster, [probe_service_account(namespace), *rbac])
 
 
 def admin_api(cluster: KubeCluster) -> k8s_client.ApiClient:
@@ -107,19 +89,16 @@ def bundle_manifest(
     interval: str = "1h",
     parallelism: int = 4,
 ) -> dict[str, Any]:
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "bundleName": name,
-            "language": "typescript",
-            "queues": [name],
-            "source": dict(source),
-            "interval": interval,
-            "probe": {"timeout": "2m", "parallelism": parallelism},
-        },
-    }
+    """A TypeScript bundle on its own queue, probed ``parallelism`` Jobs at a time."""
+    return manifests.bundle_manifest(
+        namespace,
+        name,
+        language="typescript",
+        source=source,
+        queues=[name],
+        interval=interval,
+        probe={"timeout": "2m", "parallelism": parallelism},
+    )
 
 
 def bundle_status(api: k8s_client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
@@ -149,18 +128,6 @@ def list_bundles(api: k8s_client.ApiClient, namespace: str) -> list[dict[str, An
     )
     items: list[dict[str, Any]] = found["items"]
     return items
-
-
-def annotate_reconcile(cluster: KubeCluster, namespace: str, name: str, token: str) -> None:
-    cluster.kubectl(
-        "annotate",
-        "thb",
-        name,
-        "-n",
-        namespace,
-        "--overwrite",
-        f"{names.ANNOTATION_RECONCILE_REQUESTED_AT}={token}",
-    )
 
 
 def apiserver_requests(cluster: KubeCluster) -> dict[tuple[str, str], float]:
@@ -276,33 +243,12 @@ def chart_container(release: str, namespace: str, values: Sequence[str], helm: P
 
 
 @dataclass
-class OperatorProcess:
-    """``taskhandler-operator run`` as the chart's Deployment runs it, on this host."""
+class OperatorProcess(OperatorReplica):
+    """``taskhandler-operator run`` as the chart's Deployment runs it, on this host, with what
+    the benchmark reads of it: its metrics, CPU time and peak memory."""
 
-    argv: list[str]
-    env: dict[str, str]
-    metrics_port: int
-    log_path: Path
-    proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> OperatorProcess:
-        with self.log_path.open("ab") as out:
-            self.proc = subprocess.Popen(
-                self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT
-            )
-        return self
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def tail(self, lines: int = 40) -> str:
-        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
+    metrics_port: int = 0
+    stop_timeout: float = 60
 
     def metrics(self) -> dict[str, float] | None:
         """Sums of the operator's metric samples by name (None while it does not answer)."""
@@ -342,21 +288,6 @@ class OperatorProcess:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
         raise RuntimeError("no VmHWM in /proc status")
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def chart_operator(
@@ -412,8 +343,8 @@ def chart_operator(
     env["KUBECONFIG"] = str(cluster.user_kubeconfig(OPERATOR_USER))
     # The container's command is on the image's PATH; here it is this venv's console script.
     command = [str(Path(sys.executable).parent / container["command"][0])]
-    log_path = workdir / f"{name}.log"
-    return OperatorProcess([*command, *container["args"]], env, ports.metrics, log_path)
+    argv = [*command, *container["args"]]
+    return OperatorProcess(argv, env, workdir / name, metrics_port=ports.metrics)
 
 
 # --- PostgreSQL statement statistics ----------------------------------------------------------
@@ -459,10 +390,4 @@ def write_world_readable(path: Path, data: bytes) -> None:
 
 def wait_until(what: str, check: Callable[[], bool], timeout: float, poll: float = 0.1) -> float:
     """Poll ``check`` until it holds; the monotonic time it first held. Raises on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if check():
-            return time.monotonic()
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(poll)
+    return poll_until(what, lambda: time.monotonic() if check() else None, timeout, poll)

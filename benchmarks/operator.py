@@ -73,9 +73,7 @@ from benchmarks._operator_env import (
     JobWatcher,
     OperatorProcess,
     admin_api,
-    annotate_reconcile,
     apiserver_requests,
-    apply,
     bundle_manifest,
     bundle_status,
     chart_operator,
@@ -98,6 +96,7 @@ from taskhandler_operator.db.migrate import upgrade
 from taskhandler_operator.db.writer import record_artifacts
 from taskhandler_operator.devenv.kubecluster.bins import REPO_ROOT, ensure_bins
 from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster, start_cluster
+from taskhandler_operator.devenv.operator_process import apply_all, request_reconcile
 from taskhandler_operator.devenv.postgres import (
     AirflowCli,
     PostgresServer,
@@ -251,7 +250,8 @@ def probe_phase(
         write_world_readable(
             artifact, typescript_artifact(handler_spec(TEMPLATE_DAG, [TEMPLATE_TASK]))
         )
-        apply(kube, [bundle_manifest(namespace, "probe-one", {"volume": {"path": str(folder)}})])
+        volume = {"volume": {"path": str(folder)}}
+        apply_all(kube, [bundle_manifest(namespace, "probe-one", volume)])
         wait_ready(api, namespace, "probe-one", op)
         log("baseline bundle Ready; reading its recorded answer")
         template = asyncio.run(_known(url, "probe-one"))[0]
@@ -260,7 +260,7 @@ def probe_phase(
             spec = handler_spec(TEMPLATE_DAG, [TEMPLATE_TASK, extra])
             write_world_readable(artifact, typescript_artifact(spec))
             token = f"baseline-{i}"
-            annotate_reconcile(kube, namespace, "probe-one", token)
+            request_reconcile(kube, namespace, "probe-one", token)
             wait_handled(api, namespace, "probe-one", token)
         samples = jobs.durations()
         if len(samples) < BASELINE_PROBES:
@@ -277,7 +277,7 @@ def probe_phase(
         manifest = bundle_manifest(
             namespace, "cold", {"volume": {"path": str(cold)}}, parallelism=args.parallelism
         )
-        apply(kube, [manifest])
+        apply_all(kube, [manifest])
         cold_done = wait_ready(api, namespace, "cold", op)
         cold_s = cold_done - cold_since
         cold_jobs = jobs.durations(since=cold_since)
@@ -292,13 +292,13 @@ def probe_phase(
         }
         repo.commit(files, "three artifacts")
         source = {"git": {"url": repo.http_url(server), "ref": "main", "path": "ts"}}
-        apply(kube, [bundle_manifest(namespace, "git", source)])
+        apply_all(kube, [bundle_manifest(namespace, "git", source)])
         wait_ready(api, namespace, "git", op)
         # The changed g0 also declares a handler no stub uses: new content, new size.
         changed = typescript_artifact(handler_spec("bench_git", ["g0", "g_unstubbed"]))
         change_since = time.monotonic()
         repo.commit({"ts/g0.min.mjs": changed}, "g0 changed")
-        annotate_reconcile(kube, namespace, "git", "change-1")
+        request_reconcile(kube, namespace, "git", "change-1")
         change_done = wait_until(
             "g0's binding to the new content",
             lambda: bound_size(url, "bench_git", "g0") == len(changed),
@@ -437,7 +437,7 @@ def steady_phase(
         for name in specs
     ]
     for start in range(0, len(manifests), 200):
-        apply(kube, manifests[start : start + 200])
+        apply_all(kube, manifests[start : start + 200])
     uids = {
         item["metadata"]["name"]: item["metadata"]["uid"] for item in list_bundles(api, namespace)
     }
@@ -556,7 +556,7 @@ def failover_phase(
     )
     try:
         first.start()
-        apply(kube, [bundle_manifest(namespace, "failover", {"volume": {"path": str(folder)}})])
+        apply_all(kube, [bundle_manifest(namespace, "failover", {"volume": {"path": str(folder)}})])
         wait_ready(api, namespace, "failover", first)
         second.start()
         wait_until(

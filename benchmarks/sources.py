@@ -39,18 +39,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.fixtures.sources import (
-    S3_ACCESS_KEY,
-    S3_SECRET_KEY,
-    HttpServer,
-    S3Server,
-    make_repo,
-    start_http_server,
-    versitygw_binary,
-)
-
 from benchmarks._report import print_table, ratio, write_json
-from taskhandler_operator.devenv.kubecluster.procs import ManagedProcess, free_port
+from taskhandler_operator.devenv.git_server import HttpServer, make_repo, start_http_server
+from taskhandler_operator.devenv.s3_server import S3Server, start_s3_server
 from taskhandler_operator.sources.models import Revision
 from taskhandler_operator.sources.spec import SourceSpec
 from taskhandler_operator.sources.store import RevisionStore
@@ -177,32 +168,6 @@ def bench_http(server: HttpServer, store: RevisionStore, files: dict[str, bytes]
 
 
 # -- s3 ------------------------------------------------------------------------------------------
-
-
-def start_s3(folder: Path) -> S3Server:
-    data = folder / "data"
-    data.mkdir(parents=True)
-    log = folder / "access.log"
-    env = {**os.environ, "ROOT_ACCESS_KEY": S3_ACCESS_KEY, "ROOT_SECRET_KEY": S3_SECRET_KEY}
-    port = free_port()
-    proc = ManagedProcess(
-        "versitygw",
-        [str(versitygw_binary()), "--port", f"127.0.0.1:{port}", "--access-log", str(log),
-         "--quiet", "posix", str(data)],
-        folder / "versitygw.log",
-        env=env,
-    )  # fmt: skip
-    deadline = time.monotonic() + 20
-    import socket
-
-    while True:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        if time.monotonic() > deadline or not proc.alive():
-            raise RuntimeError(f"VersityGW did not start: {proc.tail(5)}")
-        time.sleep(0.05)
-    return S3Server(f"http://127.0.0.1:{port}", data, log, proc)
 
 
 def bench_s3(s3: S3Server, store: RevisionStore, files: dict[str, bytes]) -> list[dict[str, Any]]:
@@ -388,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
 
     base = Path(tempfile.mkdtemp(prefix="thop-sources-bench-", dir=args.workdir))
     http = start_http_server(base / "http", None)
-    s3 = start_s3(base / "s3")
+    s3 = start_s3_server(base / "s3")
     try:
         _warm_up()
         files = _payloads(args.files, args.file_kb * 1024)

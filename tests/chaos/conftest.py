@@ -28,6 +28,10 @@ Added here:
   and the given ``{dag_id: [(task_id, queue)]}`` stubs; dropped at teardown.
 * ``fresh_namespace``: ``fresh_namespace() -> name``, another prepared namespace; deleted at
   teardown.
+* ``bundle_run``: ``bundle_run(namespace, url, bundle=, artifacts=, parallelism=) -> BundleRun``,
+  the setup the control-plane, database and kill tests share: a fresh database with the
+  artifacts' stubs, a Job recorder, a replica started and leading, then the Go bundle over
+  ``url`` applied.
 """
 
 from __future__ import annotations
@@ -35,21 +39,31 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
 from taskhandler_operator.db.migrate import upgrade
 from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.devenv.postgres import PostgresServer
-from tests.chaos.harness import JobRecorder, chaos_seed, replay_hint, seeded
+from tests.chaos.harness import (
+    JobRecorder,
+    chaos_seed,
+    diagnose,
+    go_bundle,
+    replay_hint,
+    seeded,
+    stubs,
+    wait_leading,
+)
 from tests.e2e.conftest import migrated as migrated
 from tests.e2e.conftest import namespace as namespace
 from tests.e2e.conftest import start as start
 from tests.e2e.conftest import thb_crd as thb_crd
 from tests.e2e.faults_support import Replica, replica
-from tests.e2e.operator_env import OPERATOR_USER, prepare_namespace, seed_dags
+from tests.e2e.operator_env import OPERATOR_USER, apply, prepare_namespace, seed_dags
 
 MakeReplica = Callable[..., Replica]
 RecordJobs = Callable[[str], JobRecorder]
@@ -144,6 +158,60 @@ def fresh_namespace(kube_cluster: KubeCluster) -> Iterator[FreshNamespace]:
     finally:
         for name in made:
             kube_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+class BundleRun(NamedTuple):
+    """A Go bundle applied under a leading replica, and what a test reads and reports of it."""
+
+    database: str
+    recorder: JobRecorder
+    op: Replica
+    more: Callable[[], str]
+
+
+@dataclass(frozen=True)
+class StartBundleRun:
+    """``bundle_run(namespace, url, ...)``: what the ``bundle_run`` fixture hands a test."""
+
+    cluster: KubeCluster
+    fresh_database: FreshDatabase
+    replicas: MakeReplica
+    record_jobs: RecordJobs
+
+    def __call__(
+        self,
+        namespace: str,
+        url: str,
+        *,
+        bundle: str,
+        artifacts: int,
+        parallelism: int,
+        run: str = "a",
+        note: Callable[[], str] = lambda: "",
+    ) -> BundleRun:
+        """A fresh database with ``artifacts`` stubs, a Job recorder on ``namespace``, replica
+        ``run`` started and leading, then the Go ``bundle`` over ``url`` applied; ``more()``
+        is the failure report, after ``note()``."""
+        database = self.fresh_database(stubs(artifacts))
+        recorder = self.record_jobs(namespace)
+        op = self.replicas(namespace, database, run).start()
+
+        def more() -> str:
+            return note() + diagnose(self.cluster, namespace, [bundle], [op], recorder)
+
+        wait_leading(op, more)
+        apply(self.cluster, go_bundle(namespace, bundle, url, parallelism))
+        return BundleRun(database, recorder, op, more)
+
+
+@pytest.fixture
+def bundle_run(
+    kube_cluster: KubeCluster,
+    fresh_database: FreshDatabase,
+    replicas: MakeReplica,
+    record_jobs: RecordJobs,
+) -> StartBundleRun:
+    return StartBundleRun(kube_cluster, fresh_database, replicas, record_jobs)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

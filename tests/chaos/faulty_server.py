@@ -27,7 +27,7 @@ import socket
 import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Literal
+from typing import Generic, Literal, Self, TypeVar
 
 Mode = Literal["ok", "error", "truncate", "hang"]
 MODES: tuple[Mode, ...] = ("ok", "error", "truncate", "hang")
@@ -35,15 +35,62 @@ MODES: tuple[Mode, ...] = ("ok", "error", "truncate", "hang")
 MAX_HANG_SECONDS = 600.0
 
 
-class FaultyServer:
+M = TypeVar("M", bound=str)
+
+
+class _Switched(Generic[M]):
+    """What both fakes share: a mode switched at runtime under a lock, counted each time it is
+    used, and a release that holds ``hang`` until the mode changes or the fake stops."""
+
+    def __init__(self, modes: tuple[M, ...]) -> None:
+        self._modes = modes
+        self._mode: M = modes[0]
+        self._released = threading.Event()  # set: hanging requests may go
+        self._released.set()
+        self._lock = threading.Lock()
+        self.counts: Counter[M] = Counter()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def mode(self) -> M:
+        return self._mode
+
+    def set_mode(self, mode: M) -> None:
+        if mode not in self._modes:
+            raise ValueError(f"unknown mode {mode!r}; known: {', '.join(self._modes)}")
+        with self._lock:
+            self._mode = mode
+            if mode == "hang":
+                self._released.clear()
+            else:
+                self._released.set()
+
+    def stop(self) -> None:
+        self._released.set()
+
+    def _use(self) -> M:
+        """The mode now, counted once."""
+        with self._lock:
+            mode = self._mode
+            self.counts[mode] += 1
+            return mode
+
+    def _hold(self) -> None:
+        self._released.wait(MAX_HANG_SECONDS)
+
+
+class FaultyServer(_Switched[Mode]):
     """``put`` a file, ``set_mode`` to misbehave, ``stop`` at the end (also a context manager)."""
 
     def __init__(self) -> None:
+        super().__init__(MODES)
         self._files: dict[str, bytes] = {}
-        self._mode: Mode = "ok"
-        self._released = threading.Event()  # set: hanging requests may go
-        self._lock = threading.Lock()
-        self.requests: Counter[Mode] = Counter()
+        self.requests = self.counts
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._httpd.daemon_threads = True
         self.port = int(self._httpd.server_address[1])
@@ -51,12 +98,6 @@ class FaultyServer:
             target=self._httpd.serve_forever, name="faulty-http", daemon=True
         )
         self._thread.start()
-
-    def __enter__(self) -> FaultyServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def url(self, name: str) -> str:
         return f"http://127.0.0.1:{self.port}/{name}"
@@ -67,22 +108,8 @@ class FaultyServer:
             self._files[name] = data
         return self.url(name), hashlib.sha256(data).hexdigest()
 
-    @property
-    def mode(self) -> Mode:
-        return self._mode
-
-    def set_mode(self, mode: Mode) -> None:
-        if mode not in MODES:
-            raise ValueError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
-        with self._lock:
-            self._mode = mode
-            if mode == "hang":
-                self._released.clear()
-            else:
-                self._released.set()
-
     def stop(self) -> None:
-        self._released.set()
+        super().stop()
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(10)
@@ -90,13 +117,9 @@ class FaultyServer:
     # --- called from the request threads ---------------------------------------------------------
 
     def _take(self, name: str) -> tuple[Mode, bytes | None]:
+        mode = self._use()
         with self._lock:
-            mode = self._mode
-            self.requests[mode] += 1
             return mode, self._files.get(name)
-
-    def _hold(self) -> None:
-        self._released.wait(MAX_HANG_SECONDS)
 
 
 def _handler(server: FaultyServer) -> type[BaseHTTPRequestHandler]:
@@ -153,7 +176,7 @@ PROXY_MODES: tuple[ProxyMode, ...] = ("ok", "error", "cut", "hang")
 CUT_BODY_BYTES = 64
 
 
-class FaultyProxy:
+class FaultyProxy(_Switched[ProxyMode]):
     """A TCP proxy on 127.0.0.1 in front of an HTTP server (e.g. git's smart HTTP), with a mode
     switched at runtime, applied to each new connection:
 
@@ -164,38 +187,19 @@ class FaultyProxy:
     """
 
     def __init__(self, upstream_port: int) -> None:
+        super().__init__(PROXY_MODES)
         self.upstream = ("127.0.0.1", upstream_port)
-        self._mode: ProxyMode = "ok"
-        self._released = threading.Event()
-        self._released.set()
         self._stopped = threading.Event()
-        self._lock = threading.Lock()
-        self.connections: Counter[ProxyMode] = Counter()
+        self.connections = self.counts
         self._sock = socket.create_server(("127.0.0.1", 0))
         self._sock.settimeout(0.5)
         self.port = int(self._sock.getsockname()[1])
         self._thread = threading.Thread(target=self._accept, name="faulty-proxy", daemon=True)
         self._thread.start()
 
-    def __enter__(self) -> FaultyProxy:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def set_mode(self, mode: ProxyMode) -> None:
-        if mode not in PROXY_MODES:
-            raise ValueError(f"unknown mode {mode!r}; known: {', '.join(PROXY_MODES)}")
-        with self._lock:
-            self._mode = mode
-            if mode == "hang":
-                self._released.clear()
-            else:
-                self._released.set()
-
     def stop(self) -> None:
         self._stopped.set()
-        self._released.set()
+        super().stop()
         self._thread.join(10)
         self._sock.close()
 
@@ -207,15 +211,13 @@ class FaultyProxy:
                 continue
             except OSError:
                 return
-            with self._lock:
-                mode = self._mode
-                self.connections[mode] += 1
+            mode = self._use()
             threading.Thread(target=self._serve, args=(client, mode), daemon=True).start()
 
     def _serve(self, client: socket.socket, mode: ProxyMode) -> None:
         with client:
             if mode == "hang":
-                self._released.wait(MAX_HANG_SECONDS)
+                self._hold()
                 return
             if mode == "error":
                 client.recv(65536)

@@ -13,17 +13,18 @@ import subprocess
 import tarfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
 from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.kube import names
+from taskhandler_operator.devenv.manifests import bundle_manifest
+from taskhandler_operator.devenv.operator_process import request_reconcile
 from tests.chaos.faulty_server import FaultyServer
-from tests.e2e.faults_support import Replica, condition, replica, thb
-from tests.e2e.operator_env import OPERATOR_USER, handler_spec
+from tests.e2e.faults_support import Replica, condition, jobs_by_name, replica, rows, thb
+from tests.e2e.operator_env import OPERATOR_USER, apply, handler_spec
 from tests.fixtures.runtimes_plugin import RuntimeFactory
 
 #: The Dag and stub the Go artifact declares (the e2e ``database`` fixture seeds it, queue go).
@@ -84,20 +85,8 @@ def http_bundle(
     namespace: str, name: str, url: str, sha256: str, *, timeout: str = "2m"
 ) -> dict[str, Any]:
     """A Go TaskHandlerBundle over the archive at ``url`` (queue ``go``)."""
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "bundleName": name,
-            "language": "go",
-            "queues": ["go"],
-            "source": {"http": {"url": url, "sha256": sha256}},
-            "interval": "1h",
-            "timeout": timeout,
-            "probe": {"timeout": "1m"},
-        },
-    }
+    source = {"http": {"url": url, "sha256": sha256}}
+    return bundle_manifest(namespace, name, language="go", source=source, timeout=timeout)
 
 
 def diagnose(cluster: KubeCluster, namespace: str, name: str, r: Replica) -> str:
@@ -145,15 +134,7 @@ def ready(cluster: KubeCluster, namespace: str, name: str, r: Replica) -> dict[s
 
 def request_pass(cluster: KubeCluster, namespace: str, name: str, token: str) -> float:
     """Set the reconcile-now annotation to ``token``; the monotonic time it was set."""
-    cluster.kubectl(
-        "annotate",
-        "thb",
-        name,
-        "-n",
-        namespace,
-        "--overwrite",
-        f"{names.ANNOTATION_RECONCILE_REQUESTED_AT}={token}",
-    )
+    request_reconcile(cluster, namespace, name, token)
     return time.monotonic()
 
 
@@ -165,6 +146,70 @@ def store_entries(store: Path, namespace: str, name: str) -> list[str]:
     """The names in the bundle's folder of the revision store (revisions and hidden ones)."""
     folder = store / namespace / name
     return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+class Baseline(NamedTuple):
+    """An ``http`` bundle Ready on its first revision, and what a later fault must leave as it
+    is: its status, the operator's rows, its folder of the revision store, the probe Jobs."""
+
+    op: Replica
+    sha: str
+    status: dict[str, Any]
+    rows: dict[str, list[tuple[Any, ...]]]
+    store: list[str]
+    jobs: dict[str, str]
+
+
+def ready_http_bundle(
+    started: list[Replica],
+    cluster: KubeCluster,
+    namespace: str,
+    database: str,
+    server: FaultyServer,
+    name: str,
+    files: Mapping[str, bytes],
+    *,
+    archive_name: str,
+    store: Path,
+    workdir: Path,
+    timeout: str = "2m",
+    **extra: str,
+) -> Baseline:
+    """Start a replica (``extra`` sets ``THOP_*`` variables), serve ``files`` as
+    ``archive_name`` from ``server``, apply bundle ``name`` over it and wait until it is Ready
+    with one binding and the revision in ``store``."""
+    op = start_replica(started, cluster, namespace, database, workdir, **extra)
+    url, sha = server.put(archive_name, archive(files))
+    apply(cluster, http_bundle(namespace, name, url, sha, timeout=timeout))
+    good = ready(cluster, namespace, name, op)["status"]
+    assert good["revision"] == sha, good
+    state = rows(database)
+    assert len(state["bindings"]) == 1, state
+    kept = store_entries(store, namespace, name)
+    assert sha in kept, kept
+    return Baseline(op, sha, good, state, kept, jobs_by_name(cluster, namespace))
+
+
+def assert_source_failed_and_kept(
+    failed: dict[str, Any],
+    reason: str,
+    words: Sequence[str],
+    good: Mapping[str, Any],
+    state: Mapping[str, Any],
+    database: str,
+    more: str,
+) -> None:
+    """The pass ``failed`` on its source (``SourceReady=False`` with ``reason`` and ``words`` in
+    its message) and kept the last revision (``good`` status) in status and in the rows."""
+    source = condition(failed, "SourceReady")
+    assert source.get("status") == "False", more
+    assert source.get("reason") == reason, more
+    for word in words:
+        assert word in source.get("message", ""), more
+    status = failed["status"]
+    assert status["revision"] == good["revision"], more
+    assert status["publishedRevision"] == good["publishedRevision"], more
+    assert rows(database) == state, more
 
 
 class Watch:

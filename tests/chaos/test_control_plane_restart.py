@@ -28,17 +28,10 @@ from typing import Any
 import pytest
 
 from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from tests.chaos.conftest import FreshDatabase, MakeReplica, RecordJobs
-from tests.chaos.harness import (
-    READY_SECONDS,
-    diagnose,
-    go_bundle,
-    many_artifacts_repo,
-    stubs,
-    wait_leading,
-)
-from tests.e2e.faults_support import Replica, condition, reconcile_now, rows, thb, wait_for
-from tests.e2e.operator_env import apply
+from taskhandler_operator.devenv.operator_process import request_reconcile
+from tests.chaos.conftest import StartBundleRun
+from tests.chaos.harness import READY_SECONDS, many_artifacts_repo
+from tests.e2e.faults_support import Replica, condition, rows, thb, wait_for
 from tests.fixtures.runtimes_plugin import RuntimeFactory
 from tests.fixtures.sources import GitRepo, HttpServer
 
@@ -82,23 +75,18 @@ def test_a_control_plane_restart_mid_pass_loses_and_repeats_nothing(
     git_repo: GitRepo,
     source_http: HttpServer,
     runtime_factory: RuntimeFactory,
-    fresh_database: FreshDatabase,
-    replicas: MakeReplica,
-    record_jobs: RecordJobs,
+    bundle_run: StartBundleRun,
 ) -> None:
     url = many_artifacts_repo(git_repo, runtime_factory, ARTIFACTS).http_url(source_http)
-    database = fresh_database(stubs(ARTIFACTS))
-    recorder = record_jobs(namespace)
-    op = replicas(namespace, database, "a").start()
     exits: list[int] = []
-
-    def more() -> str:
-        return f"operator exits: {exits}\n" + diagnose(
-            kube_cluster, namespace, [BUNDLE], [op], recorder
-        )
-
-    wait_leading(op, more)
-    apply(kube_cluster, go_bundle(namespace, BUNDLE, url, PARALLELISM))
+    database, recorder, op, more = bundle_run(
+        namespace,
+        url,
+        bundle=BUNDLE,
+        artifacts=ARTIFACTS,
+        parallelism=PARALLELISM,
+        note=lambda: f"operator exits: {exits}\n",
+    )
     # The hook: the first wave of probe Jobs exists, the second is still to come.
     wait_for("the first probe Job", lambda: recorder.jobs(), 240, more=more)
     before = len(recorder.jobs())
@@ -140,7 +128,7 @@ def test_a_control_plane_restart_mid_pass_loses_and_repeats_nothing(
 
     # The watches resumed: a request made after the restart is seen and handled.
     token = f"after-{component}-{uuid.uuid4().hex[:6]}"
-    reconcile_now(kube_cluster, namespace, BUNDLE, token)
+    request_reconcile(kube_cluster, namespace, BUNDLE, token)
 
     def handled() -> bool:
         supervised(op, exits)

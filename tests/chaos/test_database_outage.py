@@ -30,18 +30,14 @@ import sqlalchemy as sa
 from taskhandler_operator.db.tables import ARTIFACT_TABLE, BINDING_TABLE, PROBE_TABLE
 from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.devenv.postgres import PostgresServer
-from tests.chaos.conftest import FreshDatabase, MakeReplica, RecordJobs
+from tests.chaos.conftest import StartBundleRun
 from tests.chaos.harness import (
-    diagnose,
-    go_bundle,
     many_artifacts_repo,
-    stubs,
     wait_condition,
-    wait_leading,
     wait_ready,
 )
 from tests.e2e.faults_support import condition, events, wait_for
-from tests.e2e.operator_env import apply, row_counts
+from tests.e2e.operator_env import row_counts
 from tests.fixtures.runtimes_plugin import RuntimeFactory
 from tests.fixtures.sources import GitRepo, HttpServer
 
@@ -103,21 +99,13 @@ def test_postgres_stopped_mid_pass_is_reported_writes_all_or_nothing_and_heals(
     git_repo: GitRepo,
     source_http: HttpServer,
     runtime_factory: RuntimeFactory,
-    fresh_database: FreshDatabase,
     pg_server: PostgresServer,
-    replicas: MakeReplica,
-    record_jobs: RecordJobs,
+    bundle_run: StartBundleRun,
 ) -> None:
     url = many_artifacts_repo(git_repo, runtime_factory, ARTIFACTS).http_url(source_http)
-    database = fresh_database(stubs(ARTIFACTS))
-    recorder = record_jobs(namespace)
-    op = replicas(namespace, database, "a").start()
-
-    def more() -> str:
-        return diagnose(kube_cluster, namespace, [BUNDLE], [op], recorder)
-
-    wait_leading(op, more)
-    apply(kube_cluster, go_bundle(namespace, BUNDLE, url, PARALLELISM))
+    database, recorder, op, more = bundle_run(
+        namespace, url, bundle=BUNDLE, artifacts=ARTIFACTS, parallelism=PARALLELISM
+    )
 
     # The hook: the last wave's Jobs exist, so the pass is probing and writes next.
     wait_for(

@@ -33,20 +33,16 @@ from typing import Any
 import pytest
 
 from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from tests.chaos.conftest import FreshDatabase, FreshNamespace, MakeReplica, RecordJobs
+from tests.chaos.conftest import FreshNamespace, StartBundleRun
 from tests.chaos.harness import (
     JobRecorder,
     artifact_of,
     diagnose,
-    go_bundle,
     many_artifacts_repo,
     replay_hint,
-    stubs,
-    wait_leading,
     wait_ready,
 )
 from tests.e2e.faults_support import Replica, condition, rows, thb
-from tests.e2e.operator_env import apply
 from tests.fixtures.runtimes_plugin import RuntimeFactory
 from tests.fixtures.sources import GitRepo, HttpServer
 
@@ -87,9 +83,7 @@ def test_sigkill_at_random_moments_of_a_cold_start_changes_nothing(
     source_http: HttpServer,
     runtime_factory: RuntimeFactory,
     fresh_namespace: FreshNamespace,
-    fresh_database: FreshDatabase,
-    replicas: MakeReplica,
-    record_jobs: RecordJobs,
+    bundle_run: StartBundleRun,
     chaos_rng: random.Random,
 ) -> None:
     url = many_artifacts_repo(git_repo, runtime_factory, ARTIFACTS).http_url(source_http)
@@ -98,17 +92,15 @@ def test_sigkill_at_random_moments_of_a_cold_start_changes_nothing(
         """One cold start in a fresh namespace and database; SIGKILL ``kill_at`` seconds after
         the bundle is applied, then start the operator again at once."""
         namespace = fresh_namespace()
-        database = fresh_database(stubs(ARTIFACTS))
-        recorder = record_jobs(namespace)
-        op = replicas(namespace, database, run).start()
-
-        def more() -> str:
-            return f"run {run} (kill at {kill_at}):\n" + diagnose(
-                kube_cluster, namespace, [BUNDLE], [op], recorder
-            )
-
-        wait_leading(op, more)
-        apply(kube_cluster, go_bundle(namespace, BUNDLE, url, PARALLELISM))
+        database, recorder, op, more = bundle_run(
+            namespace,
+            url,
+            bundle=BUNDLE,
+            artifacts=ARTIFACTS,
+            parallelism=PARALLELISM,
+            run=run,
+            note=lambda: f"run {run} (kill at {kill_at}):\n",
+        )
         applied = time.monotonic()
         mid_pass = False
         if kill_at is not None:

@@ -50,9 +50,6 @@ from tests.chaos.input_faults import (
 )
 from tests.chaos.input_faults import faulty_server as faulty_server
 from tests.chaos.input_faults import replicas as replicas
-from tests.e2e.conftest import migrated as migrated
-from tests.e2e.conftest import namespace as namespace
-from tests.e2e.conftest import thb_crd as thb_crd
 from tests.e2e.faults_support import Replica, jobs_by_name, rows, wait_for
 from tests.e2e.operator_env import apply, events, handler_spec
 from tests.e2e.test_operator import database as database

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,11 +34,11 @@ from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 from tests.chaos.faulty_server import FaultyProxy, FaultyServer, Mode, ProxyMode
 from tests.chaos.input_faults import (
     ARTIFACT,
-    archive,
+    assert_source_failed_and_kept,
     diagnose,
     handled,
-    http_bundle,
     ready,
+    ready_http_bundle,
     request_pass,
     start_replica,
     store_entries,
@@ -46,9 +47,6 @@ from tests.chaos.input_faults import (
 from tests.chaos.input_faults import faulty_server as faulty_server
 from tests.chaos.input_faults import go_artifact as go_artifact
 from tests.chaos.input_faults import replicas as replicas
-from tests.e2e.conftest import migrated as migrated
-from tests.e2e.conftest import namespace as namespace
-from tests.e2e.conftest import thb_crd as thb_crd
 from tests.e2e.faults_support import Replica, condition, jobs_by_name, rows, wait_for
 from tests.e2e.operator_env import apply, commit_files, git_bundle
 from tests.e2e.test_operator import database as database
@@ -76,6 +74,22 @@ EXPECTED: dict[Mode, tuple[str, tuple[str, ...]]] = {
 }
 
 
+def bounded_pass(
+    cluster: KubeCluster, namespace: str, op: Replica, mode: str, token: str
+) -> tuple[dict[str, Any], str]:
+    """Ask for a pass (``token``) and wait until it is handled, within the bound; the bundle
+    and the failure report."""
+    asked = request_pass(cluster, namespace, NAME, token)
+    # A retry pass may already be running against the fault when the request comes:
+    # the requested pass starts after it, so two source timeouts bound the wait.
+    bound = 2 * TIMEOUT_SECONDS + SLACK_SECONDS
+    failed = wait_until(cluster, namespace, NAME, op, f"handled the {mode} pass", handled(token))
+    took = time.monotonic() - asked
+    more = diagnose(cluster, namespace, NAME, op)
+    assert took <= bound, f"the {mode} pass took {took:.1f}s, over {bound}s\n{more}"
+    return failed, more
+
+
 def test_a_failing_source_server_is_bounded_keeps_the_revision_and_heals(
     kube_cluster: KubeCluster,
     namespace: str,
@@ -86,46 +100,29 @@ def test_a_failing_source_server_is_bounded_keeps_the_revision_and_heals(
     tmp_path: Path,
 ) -> None:
     store = tmp_path / "operator" / "revisions"
-    op = start_replica(replicas, kube_cluster, namespace, database, tmp_path / "operator")
-    url, sha = faulty_server.put("orders.tar.gz", archive({ARTIFACT: go_artifact}))
-    apply(
+    op, sha, good, state, kept, jobs = ready_http_bundle(
+        replicas,
         kube_cluster,
-        http_bundle(namespace, NAME, url, sha, timeout=f"{TIMEOUT_SECONDS}s"),
+        namespace,
+        database,
+        faulty_server,
+        NAME,
+        {ARTIFACT: go_artifact},
+        archive_name="orders.tar.gz",
+        store=store,
+        workdir=tmp_path / "operator",
+        timeout=f"{TIMEOUT_SECONDS}s",
     )
-    good = ready(kube_cluster, namespace, NAME, op)["status"]
-    assert good["revision"] == sha, good
-    state = rows(database)
-    assert len(state["bindings"]) == 1, state
-    kept = store_entries(store, namespace, NAME)
-    assert sha in kept, kept
-    jobs = jobs_by_name(kube_cluster, namespace)
 
     for mode, (reason, words) in EXPECTED.items():
         faulty_server.set_mode(mode)
         before = faulty_server.requests[mode]
-        asked = request_pass(kube_cluster, namespace, NAME, f"fault-{mode}")
-        # A retry pass may already be running against the fault when the request comes:
-        # the requested pass starts after it, so two source timeouts bound the wait.
-        bound = 2 * TIMEOUT_SECONDS + SLACK_SECONDS
-        failed = wait_until(
-            kube_cluster, namespace, NAME, op, f"handled the {mode} pass", handled(f"fault-{mode}")
-        )
-        took = time.monotonic() - asked
-        more = diagnose(kube_cluster, namespace, NAME, op)
-        assert took <= bound, f"the {mode} pass took {took:.1f}s, over {bound}s\n{more}"
+        failed, more = bounded_pass(kube_cluster, namespace, op, mode, f"fault-{mode}")
         assert faulty_server.requests[mode] > before, f"the server never saw the {mode}\n{more}"
 
-        source = condition(failed, "SourceReady")
-        assert source.get("status") == "False", more
-        assert source.get("reason") == reason, more
-        for word in words:
-            assert word in source.get("message", ""), more
-        assert condition(failed, "Ready").get("status") == "False", more
         # The last revision and its bindings stay, in status, in the database and on disk.
-        status = failed["status"]
-        assert status["revision"] == good["revision"], more
-        assert status["publishedRevision"] == good["publishedRevision"], more
-        assert rows(database) == state, more
+        assert_source_failed_and_kept(failed, reason, words, good, state, database, more)
+        assert condition(failed, "Ready").get("status") == "False", more
         assert store_entries(store, namespace, NAME) == kept, more  # no half revision
         assert (store / namespace / NAME / sha / ARTIFACT).is_file(), more
 
@@ -222,29 +219,9 @@ def test_a_failing_git_server_is_bounded_kills_git_keeps_the_revision_and_heals(
         for mode, (reason, words) in GIT_EXPECTED.items():
             proxy.set_mode(mode)
             before = proxy.connections[mode]
-            asked = request_pass(kube_cluster, namespace, NAME, f"git-{mode}")
-            bound = 2 * TIMEOUT_SECONDS + SLACK_SECONDS
-            failed = wait_until(
-                kube_cluster,
-                namespace,
-                NAME,
-                op,
-                f"handled the {mode} pass",
-                handled(f"git-{mode}"),
-            )
-            took = time.monotonic() - asked
-            more = diagnose(kube_cluster, namespace, NAME, op)
-            assert took <= bound, f"the {mode} pass took {took:.1f}s, over {bound}s\n{more}"
+            failed, more = bounded_pass(kube_cluster, namespace, op, mode, f"git-{mode}")
             assert proxy.connections[mode] > before, f"git never met the {mode}\n{more}"
-            source = condition(failed, "SourceReady")
-            assert source.get("status") == "False", more
-            assert source.get("reason") == reason, more
-            for word in words:
-                assert word in source.get("message", ""), more
-            status = failed["status"]
-            assert status["revision"] == good["revision"], more
-            assert status["publishedRevision"] == good["publishedRevision"], more
-            assert rows(database) == state, more
+            assert_source_failed_and_kept(failed, reason, words, good, state, database, more)
             # Every git process a sync started ends with it (killed at the timeout at the
             # latest), however the server misbehaves: none outlives two timeouts.
             outlive(git_pids(proxy.port), proxy.port, 2 * TIMEOUT_SECONDS + 10, op)

@@ -30,21 +30,18 @@ from tests.chaos.faulty_server import FaultyServer
 from tests.chaos.input_faults import (
     ARTIFACT,
     archive,
+    assert_source_failed_and_kept,
     diagnose,
     handled,
     http_bundle,
-    ready,
+    ready_http_bundle,
     request_pass,
-    start_replica,
     store_entries,
     wait_until,
 )
 from tests.chaos.input_faults import faulty_server as faulty_server
 from tests.chaos.input_faults import go_artifact as go_artifact
 from tests.chaos.input_faults import replicas as replicas
-from tests.e2e.conftest import migrated as migrated
-from tests.e2e.conftest import namespace as namespace
-from tests.e2e.conftest import thb_crd as thb_crd
 from tests.e2e.faults_support import Replica, condition, jobs_by_name, rows
 from tests.e2e.operator_env import apply, events
 from tests.e2e.test_operator import database as database
@@ -112,24 +109,21 @@ def test_a_full_revision_store_says_so_leaves_no_half_revision_and_recovers(
     replicas: list[Replica],
     tmp_path: Path,
 ) -> None:
-    op = start_replica(
+    op, sha1, good, state, kept, jobs = ready_http_bundle(
         replicas,
         kube_cluster,
         namespace,
         database,
-        tmp_path / "operator",
+        faulty_server,
+        NAME,
+        {ARTIFACT: go_artifact},
+        archive_name="orders-1.tar.gz",
+        store=small_store,
+        workdir=tmp_path / "operator",
         THOP_REVISION_STORE=str(small_store),
     )
-    url1, sha1 = faulty_server.put("orders-1.tar.gz", archive({ARTIFACT: go_artifact}))
-    apply(kube_cluster, http_bundle(namespace, NAME, url1, sha1))
-    good = ready(kube_cluster, namespace, NAME, op)["status"]
-    assert good["revision"] == sha1, good
-    state = rows(database)
-    assert len(state["bindings"]) == 1, state
-    kept = store_entries(small_store, namespace, NAME)
-    assert sha1 in kept and not [e for e in kept if e.startswith(".tmp-")], kept
+    assert not [e for e in kept if e.startswith(".tmp-")], kept
     records = sorted(p.name for p in (small_store / namespace / NAME / ".meta").iterdir())
-    jobs = jobs_by_name(kube_cluster, namespace)
 
     filler = fill(small_store)
     # Revision 2: the same artifact and a README, so only the store's space is in the way.
@@ -149,9 +143,11 @@ def test_a_full_revision_store_says_so_leaves_no_half_revision_and_recovers(
         ),
     )
     more = diagnose(kube_cluster, namespace, NAME, op)
-    source = condition(failed, "SourceReady")
-    assert source["reason"] == "StorageOperationFailed", more
-    assert "No space left on device" in source["message"], more
+    # Revision 1 stays: in status, in the database, and alone in the store.
+    words = ("No space left on device",)
+    assert_source_failed_and_kept(
+        failed, "StorageOperationFailed", words, good, state, database, more
+    )
     assert condition(failed, "Ready").get("status") == "False", more
     notes = [
         e.get("note", "")
@@ -159,10 +155,7 @@ def test_a_full_revision_store_says_so_leaves_no_half_revision_and_recovers(
         if e.get("reason") == "StorageOperationFailed"
     ]
     assert any("No space left on device" in n for n in notes), (notes, more)
-    # Revision 1 stays: in status, in the database, and alone in the store.
     assert failed["status"]["revision"] == sha1, more
-    assert failed["status"]["publishedRevision"] == good["publishedRevision"], more
-    assert rows(database) == state, more
     assert store_entries(small_store, namespace, NAME) == kept, more
     meta = sorted(p.name for p in (small_store / namespace / NAME / ".meta").iterdir())
     assert meta == records, more  # no half-written record either

@@ -1,15 +1,12 @@
-"""Helpers of the operator fault tests: start/kill ``taskhandler-operator run`` replicas, read a
-bundle's status, list probe Jobs with their uids, snapshot the operator's rows."""
+"""Helpers of the operator fault tests: ``taskhandler-operator run`` replicas (the process is
+:class:`~taskhandler_operator.devenv.operator_process.OperatorReplica`), a bundle's status, probe
+Jobs with their uids, the operator's rows in a comparable form."""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,59 +15,13 @@ import sqlalchemy as sa
 
 from taskhandler_operator.db.tables import ARTIFACT_TABLE, BINDING_TABLE, PROBLEM_TABLE
 from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_operator.devenv.operator_process import OperatorReplica as Replica
+from taskhandler_operator.devenv.operator_process import poll_until
 from taskhandler_operator.kube import names
 from tests.e2e.operator_env import events as bundle_events
 from tests.e2e.operator_env import get_bundle, run_command
 
 T = TypeVar("T")
-
-
-@dataclass
-class Replica:
-    """One ``run`` process; ``restart`` starts it again with the same settings."""
-
-    argv: list[str]
-    env: dict[str, str]
-    log: Path
-    proc: subprocess.Popen[bytes] | None = None
-    starts: int = 0
-    logs: list[Path] = field(default_factory=list)
-
-    def start(self) -> Replica:
-        self.starts += 1
-        path = self.log.with_suffix(f".{self.starts}.log")
-        self.logs.append(path)
-        with path.open("wb") as out:
-            self.proc = subprocess.Popen(
-                self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT
-            )
-        return self
-
-    def text(self) -> str:
-        return "\n".join(p.read_text(errors="replace") for p in self.logs if p.exists())
-
-    def tail(self, lines: int = 60) -> str:
-        return "\n".join(self.text().splitlines()[-lines:])
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
-
-    def terminate(self, timeout: float = 60) -> int:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout)
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def replica(
@@ -101,14 +52,10 @@ def wait_for(
     more: Callable[[], str] = lambda: "",
 ) -> T:
     """Poll ``check`` every second until it returns something truthy; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}\n{more()}")
-        time.sleep(1)
+    try:
+        return poll_until(what, check, timeout)
+    except TimeoutError as exc:
+        pytest.fail(f"{exc}\n{more()}")
 
 
 def thb(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any]:
@@ -141,18 +88,6 @@ def jobs_by_name(cluster: KubeCluster, namespace: str) -> dict[str, str]:
 def events(cluster: KubeCluster, namespace: str, name: str) -> list[str]:
     """The reasons of the operator's Events about the bundle."""
     return [e["reason"] for e in bundle_events(cluster, namespace, name)]
-
-
-def reconcile_now(cluster: KubeCluster, namespace: str, name: str, token: str) -> None:
-    cluster.kubectl(
-        "annotate",
-        "thb",
-        name,
-        "-n",
-        namespace,
-        "--overwrite",
-        f"{names.ANNOTATION_RECONCILE_REQUESTED_AT}={token}",
-    )
 
 
 def rows(url: str) -> dict[str, list[tuple[Any, ...]]]:

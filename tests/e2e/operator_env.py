@@ -24,8 +24,13 @@ import sqlalchemy as sa
 
 from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.devenv.kubecluster.procs import free_port
+from taskhandler_operator.devenv.manifests import bundle_manifest
+from taskhandler_operator.devenv.operator_process import (
+    prepare_operator_namespace,
+    request_reconcile,
+)
 from taskhandler_operator.kube import names
-from taskhandler_operator.kube.rbac import operator_rbac, probe_service_account, user_subject
+from tests.fixtures.runtimes_plugin import RuntimeFactory
 from tests.fixtures.sources import HTTP_USER, PLANTED_PASSWORD
 
 OPERATOR_USER = "taskhandler-operator-e2e"
@@ -62,22 +67,7 @@ def apply(cluster: KubeCluster, obj: Mapping[str, Any]) -> None:
 
 def prepare_namespace(cluster: KubeCluster, namespace: str) -> None:
     """Restricted Pod Security, the probe account, the operator's RBAC and the git Secret."""
-    cluster.kubectl(
-        "label",
-        "namespace",
-        namespace,
-        "pod-security.kubernetes.io/enforce=restricted",
-        "pod-security.kubernetes.io/enforce-version=latest",
-    )
-    apply(cluster, probe_service_account(namespace))
-    for obj in operator_rbac(
-        namespace=namespace,
-        subject=user_subject(OPERATOR_USER),
-        mode="namespaced",
-        watch_namespaces=[namespace],
-        name=f"thop-{namespace}",
-    ):
-        apply(cluster, obj)
+    prepare_operator_namespace(cluster, namespace, OPERATOR_USER)
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -159,27 +149,16 @@ def git_bundle(
     **spec: Any,
 ) -> dict[str, Any]:
     """A TaskHandlerBundle reading ``path`` of the git repository at ``url`` (branch main)."""
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "bundleName": bundle_name or name,
-            "language": language,
-            "queues": list(queues or [language]),
-            "source": {
-                "git": {
-                    "url": url,
-                    "ref": "main",
-                    "path": path,
-                    "secretRef": {"name": "git-auth"},
-                }
-            },
-            "interval": "1h",
-            "probe": {"timeout": "1m"},
-            **spec,
-        },
-    }
+    source = {"git": {"url": url, "ref": "main", "path": path, "secretRef": {"name": "git-auth"}}}
+    return bundle_manifest(
+        namespace,
+        name,
+        language=language,
+        source=source,
+        queues=queues,
+        bundle_name=bundle_name,
+        **spec,
+    )
 
 
 def get_bundle(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any]:
@@ -242,15 +221,7 @@ def reconcile_now(cluster: KubeCluster, namespace: str, name: str, op: Operator)
     """Ask for a pass now (the reconcile-requested-at annotation) and wait until a pass has
     handled it; return the status that pass wrote."""
     token = f"e2e-{uuid.uuid4().hex[:8]}"
-    cluster.kubectl(
-        "annotate",
-        "thb",
-        name,
-        "-n",
-        namespace,
-        "--overwrite",
-        f"{names.ANNOTATION_RECONCILE_REQUESTED_AT}={token}",
-    )
+    request_reconcile(cluster, namespace, name, token)
     return wait_status(
         cluster,
         namespace,
@@ -258,6 +229,25 @@ def reconcile_now(cluster: KubeCluster, namespace: str, name: str, op: Operator)
         op,
         f"handled reconcile request {token}",
         lambda s: s.get("lastHandledReconcileAt") == token,
+    )
+
+
+def stalled(status: Mapping[str, Any]) -> dict[str, Any]:
+    """The bundle's Stalled condition ({} when it is not stalled)."""
+    return condition(status, "Stalled") or {}
+
+
+def wait_stalled(
+    cluster: KubeCluster, namespace: str, name: str, op: Operator, reason: str
+) -> dict[str, Any]:
+    """Wait until the bundle is Stalled with ``reason`` (a claim conflict); that status."""
+    return wait_status(
+        cluster,
+        namespace,
+        name,
+        op,
+        reason,
+        lambda s: stalled(s).get("status") == "True" and stalled(s).get("reason") == reason,
     )
 
 
@@ -373,6 +363,11 @@ def handler_spec(*keys: tuple[str, str]) -> dict[str, list[dict[str, Any]]]:
     for dag_id, task_id in keys:
         spec.setdefault(dag_id, []).append({"task_id": task_id, "binding": "named", "params": []})
     return spec
+
+
+def go_handlers(runtime_factory: RuntimeFactory, *keys: tuple[str, str]) -> bytes:
+    """A Go test runtime declaring argless named handlers for ``(dag_id, task_id)`` keys."""
+    return Path(runtime_factory("go", spec=handler_spec(*keys))).read_bytes()
 
 
 def commit_files(

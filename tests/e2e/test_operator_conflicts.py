@@ -5,10 +5,6 @@ reported with both paths and keeps its rows."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
-
 import pytest
 
 from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
@@ -19,11 +15,13 @@ from tests.e2e.operator_env import (
     commit_files,
     condition,
     git_bundle,
-    handler_spec,
+    go_handlers,
     reconcile_now,
     row_counts,
     seed_dags,
+    stalled,
     wait_ready,
+    wait_stalled,
     wait_status,
 )
 from tests.fixtures.runtimes_plugin import RuntimeFactory
@@ -35,14 +33,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.usefixtures("thb_crd"),
 ]
-
-
-def stalled_with(reason: str) -> Callable[[dict[str, Any]], bool]:
-    def check(status: dict[str, Any]) -> bool:
-        stalled = condition(status, "Stalled") or {}
-        return stalled.get("status") == "True" and stalled.get("reason") == reason
-
-    return check
 
 
 def test_later_claimants_stall_and_take_over(
@@ -59,12 +49,8 @@ def test_later_claimants_stall_and_take_over(
     commit_files(
         git_repo,
         {
-            "go/extract": Path(
-                runtime_factory("go", spec=handler_spec(("orders", "extract")))
-            ).read_bytes(),
-            "spare/spare": Path(
-                runtime_factory("go", spec=handler_spec(("spare", "spare")))
-            ).read_bytes(),
+            "go/extract": go_handlers(runtime_factory, ("orders", "extract")),
+            "spare/spare": go_handlers(runtime_factory, ("spare", "spare")),
         },
         "artifacts",
     )
@@ -88,22 +74,13 @@ def test_later_claimants_stall_and_take_over(
             bundle_name="first",
         ),
     )
-    second = wait_status(
-        kube_cluster, namespace, "second", op, "QueueConflict", stalled_with("QueueConflict")
-    )
-    third = wait_status(
-        kube_cluster,
-        second_namespace,
-        "third",
-        op,
-        "BundleNameConflict",
-        stalled_with("BundleNameConflict"),
-    )
+    second = wait_stalled(kube_cluster, namespace, "second", op, "QueueConflict")
+    third = wait_stalled(kube_cluster, second_namespace, "third", op, "BundleNameConflict")
     for status in (second, third):
-        stalled = condition(status, "Stalled") or {}
-        assert "first" in stalled["message"] and namespace in stalled["message"], stalled
+        conflict = stalled(status)
+        assert "first" in conflict["message"] and namespace in conflict["message"], conflict
         ready = condition(status, "Ready") or {}
-        assert (ready["status"], ready["reason"]) == ("False", stalled["reason"]), ready
+        assert (ready["status"], ready["reason"]) == ("False", conflict["reason"]), ready
     # The later claimants wrote nothing: no rows of theirs, the owner's rows unchanged.
     assert row_counts(migrated, "second") == {"artifacts": 0, "bindings": 0, "problems": 0}
     assert bindings(migrated) == {("orders", "extract"): "extract"}
@@ -130,13 +107,12 @@ def test_two_artifacts_claiming_one_task_are_reported_and_the_dag_keeps_its_rows
     start: StartOperator,
 ) -> None:
     seed_dags(migrated, {"orders": [("extract", "go"), ("load", "go")]})
-
-    def go(*keys: tuple[str, str]) -> bytes:
-        return Path(runtime_factory("go", spec=handler_spec(*keys))).read_bytes()
-
     commit_files(
         git_repo,
-        {"go/one": go(("orders", "extract")), "go/two": go(("orders", "load"))},
+        {
+            "go/one": go_handlers(runtime_factory, ("orders", "extract")),
+            "go/two": go_handlers(runtime_factory, ("orders", "load")),
+        },
         "one handler each",
     )
     op = start([namespace])
@@ -150,7 +126,9 @@ def test_two_artifacts_claiming_one_task_are_reported_and_the_dag_keeps_its_rows
 
     # two now claims extract as well.
     commit = commit_files(
-        git_repo, {"go/two": go(("orders", "load"), ("orders", "extract"))}, "two claims both"
+        git_repo,
+        {"go/two": go_handlers(runtime_factory, ("orders", "load"), ("orders", "extract"))},
+        "two claims both",
     )
     reconcile_now(kube_cluster, namespace, "dups", op)
     status = wait_status(

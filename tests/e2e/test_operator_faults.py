@@ -22,6 +22,7 @@ import pytest
 
 from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.devenv.kubecluster.procs import free_port
+from taskhandler_operator.devenv.operator_process import request_reconcile
 from taskhandler_operator.devenv.postgres import PostgresServer
 from taskhandler_operator.kube import names
 from tests.e2e.faults_support import (
@@ -29,7 +30,6 @@ from tests.e2e.faults_support import (
     condition,
     events,
     jobs_by_name,
-    reconcile_now,
     replica,
     rows,
     thb,
@@ -156,7 +156,7 @@ def test_sigkill_while_probing_adopts_the_jobs_and_ends_with_the_same_rows(
     )
     assert state["problems"] == []
     # And a pass after the recovery (reusing every answer) leaves them as they are.
-    reconcile_now(kube_cluster, namespace, "orders-go", "after-kill")
+    request_reconcile(kube_cluster, namespace, "orders-go", "after-kill")
     wait_for(
         "the pass after the restart",
         lambda: (
@@ -255,7 +255,7 @@ def test_bad_credentials_back_off_while_another_bundle_goes_on_and_recover(
 
     # The go bundle's Secret now holds a wrong password.
     apply(kube_cluster, secret(namespace, "git-auth", "not-the-password"))
-    reconcile_now(kube_cluster, namespace, "orders-go", "bad-password")
+    request_reconcile(kube_cluster, namespace, "orders-go", "bad-password")
 
     def failing() -> dict[str, Any] | None:
         obj = thb(kube_cluster, namespace, "orders-go")
@@ -274,7 +274,7 @@ def test_bad_credentials_back_off_while_another_bundle_goes_on_and_recover(
     assert PLANTED_PASSWORD not in json.dumps(failed) and "not-the-password" not in op.text()
 
     # Meanwhile the other bundle still reconciles.
-    reconcile_now(kube_cluster, namespace, "orders-typescript", "meanwhile")
+    request_reconcile(kube_cluster, namespace, "orders-typescript", "meanwhile")
     wait_for(
         "the other bundle's pass",
         lambda: (
@@ -370,7 +370,7 @@ def test_a_database_outage_is_reported_writes_nothing_and_heals(
 
     pg_server.pause()
     try:
-        reconcile_now(kube_cluster, namespace, "orders-go", "db-down")
+        request_reconcile(kube_cluster, namespace, "orders-go", "db-down")
 
         def failing() -> dict[str, Any] | None:
             obj = thb(kube_cluster, namespace, "orders-go")

@@ -10,7 +10,6 @@ the owner's, through their reconcile requests and through their deletion with
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,12 +24,13 @@ from tests.e2e.operator_env import (
     condition,
     get_status,
     git_bundle,
-    handler_spec,
+    go_handlers,
     reconcile_now,
     row_counts,
     seed_dags,
+    stalled,
     wait_ready,
-    wait_status,
+    wait_stalled,
 )
 from tests.fixtures.runtimes_plugin import RuntimeFactory
 from tests.fixtures.sources import GitRepo, HttpServer
@@ -60,10 +60,6 @@ def claims(database: str) -> dict[str, Any]:
     }
 
 
-def stalled(status: dict[str, Any]) -> dict[str, Any]:
-    return condition(status, "Stalled") or {}
-
-
 def test_another_namespace_cannot_take_a_queue_or_name_it_does_not_own(
     kube_cluster: KubeCluster,
     namespace: str,
@@ -75,7 +71,7 @@ def test_another_namespace_cannot_take_a_queue_or_name_it_does_not_own(
     start: StartOperator,
 ) -> None:
     seed_dags(migrated, {"orders": [("extract", "sec-q")]})
-    claiming = Path(runtime_factory("go", spec=handler_spec(("orders", "extract")))).read_bytes()
+    claiming = go_handlers(runtime_factory, ("orders", "extract"))
     commit_files(git_repo, {"owner/extract": claiming, "intruder/take": claiming}, "artifacts")
     url = git_repo.http_url(source_http)
     op = start([namespace, second_namespace])
@@ -120,14 +116,7 @@ def test_another_namespace_cannot_take_a_queue_or_name_it_does_not_own(
     apply(kube_cluster, intruder)
     apply(kube_cluster, impostor)
     for name, reason in (("intruder", "QueueConflict"), ("impostor", "BundleNameConflict")):
-        status = wait_status(
-            kube_cluster,
-            second_namespace,
-            name,
-            op,
-            reason,
-            lambda s, r=reason: stalled(s).get("reason") == r,  # type: ignore[misc]
-        )
+        status = wait_stalled(kube_cluster, second_namespace, name, op, reason)
         message = stalled(status)["message"]
         assert "owner" in message and namespace in message, message
         assert (condition(status, "Ready") or {}).get("status") == "False"

@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 
 from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_operator.devenv.manifests import bundle_manifest
 from taskhandler_operator.devenv.postgres import PostgresServer
 from taskhandler_operator.kube import names
 from tests.e2e.operator_env import (
@@ -87,26 +88,15 @@ def secret(namespace: str, name: str, data: dict[str, str]) -> dict[str, Any]:
 
 
 def s3_bundle(namespace: str, name: str, s3: S3Server, bucket: str, secret_name: str) -> Any:
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "bundleName": name,
-            "language": "typescript",
-            "queues": [name],
-            "source": {
-                "s3": {
-                    "bucket": bucket,
-                    "prefix": "ts",
-                    "endpoint": s3.endpoint,
-                    "secretRef": {"name": secret_name},
-                }
-            },
-            "interval": "1h",
-            "probe": {"timeout": "1m"},
-        },
+    source = {
+        "s3": {
+            "bucket": bucket,
+            "prefix": "ts",
+            "endpoint": s3.endpoint,
+            "secretRef": {"name": secret_name},
+        }
     }
+    return bundle_manifest(namespace, name, language="typescript", source=source, queues=[name])
 
 
 def source_failed(status: dict[str, Any]) -> bool:

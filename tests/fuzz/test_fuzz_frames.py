@@ -1,7 +1,7 @@
 """Fuzz the frame decoder: payloads (``decode_request``/``decode_response``) and streams
 (``read_frame``), at the fuzzing budget.
 
-Inputs: the unit tests' hostile msgpack prefixes (tests/unit/protocol/test_frames.py), random
+Inputs: the unit tests' hostile msgpack prefixes (tests/unit/protocol/frame_inputs.py), random
 bytes, real msgpack arrays of drawn shapes and values (what a confused runtime could send), and
 streams of several encoded frames with junk between them. Contract (docs/protocol.md): a payload
 decodes to a frame or raises ``MalformedFrame``; a stream yields payloads within the limit, then
@@ -10,9 +10,7 @@ its end, ``FrameTooLarge`` or ``FrameTruncated``; nothing else escapes; under 64
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import struct
 
 import msgpack
 import pytest
@@ -21,18 +19,20 @@ from hypothesis import strategies as st
 
 from taskhandler_operator.limits import MAX_FRAME_SIZE
 from taskhandler_operator.protocol.frames import (
-    FrameTooLarge,
-    FrameTruncated,
     MalformedFrame,
     RequestFrame,
     ResponseFrame,
     decode_request,
     decode_response,
     encode_payload,
-    read_frame,
 )
 from tests.fuzz.budget import FUZZ, bounded_memory
-from tests.unit.protocol.test_frames import hostile_payloads, json_values, reader_with
+from tests.unit.protocol.frame_inputs import (
+    hostile_payloads,
+    json_values,
+    length_headed,
+    read_to_end,
+)
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.timeout(3600)]
 
@@ -67,8 +67,7 @@ def test_any_payload_is_a_frame_or_malformed(payload: bytes) -> None:
 _CHUNKS = st.one_of(
     PAYLOADS.map(encode_payload),
     st.binary(max_size=16),
-    st.builds(
-        lambda n, body: struct.pack(">I", n) + body,
+    length_headed(
         st.sampled_from([0, 1, 255, MAX_FRAME_SIZE, MAX_FRAME_SIZE + 1, 2**31, 2**32 - 1]),
         st.binary(max_size=64),
     ),
@@ -83,20 +82,10 @@ _CHUNKS = st.one_of(
 async def test_any_stream_is_frames_then_an_end_or_a_typed_error(
     chunks: list[bytes], limit: int
 ) -> None:
-    stream = b"".join(chunks)
     with bounded_memory():
-        reader = reader_with(stream)
-        for _ in range(len(stream) + 1):
-            try:
-                payload = await asyncio.wait_for(read_frame(reader, limit), 30)
-            except FrameTooLarge as exc:
-                assert exc.length > exc.limit == limit
-                return
-            except FrameTruncated:
-                return
-            if payload is None:
-                return
-            assert len(payload) <= limit
-            with contextlib.suppress(MalformedFrame):
-                decode_request(payload)
-        raise AssertionError("read_frame neither ended nor failed")
+        await read_to_end(b"".join(chunks), limit, 30, each=_decoded_or_malformed)
+
+
+def _decoded_or_malformed(payload: bytes) -> None:
+    with contextlib.suppress(MalformedFrame):
+        decode_request(payload)

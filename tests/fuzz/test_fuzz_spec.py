@@ -25,7 +25,7 @@ from taskhandler_operator.kube.markers import quantity_value
 from taskhandler_operator.kube.spec import TaskHandlerBundleSpec
 from tests.fuzz.budget import FUZZ, bounded_memory
 from tests.unit.kube.examples import SHA, bundle_body
-from tests.unit.protocol.test_frames import json_values
+from tests.unit.protocol.frame_inputs import json_values
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.timeout(3600)]
 

@@ -50,7 +50,7 @@ from taskhandler_operator.protocol.summary import (
     result_line,
 )
 from tests.fuzz.budget import FUZZ, bounded_memory
-from tests.unit.protocol.test_frames import json_values
+from tests.unit.protocol.frame_inputs import json_values
 from tests.unit.protocol.test_summary import RESULT
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.timeout(3600)]

@@ -16,6 +16,11 @@ installs:
   node (free host ports, loopback artifact URL, the image the node runs from the venv);
 * :mod:`.git_server`: a git (and file) server over HTTP on loopback (:mod:`.http_server` run
   as its own process) and repositories to commit to;
+* :mod:`.s3_server`: VersityGW as a local S3 server on loopback, with an access log;
+* :mod:`.manifests`: TaskHandlerBundle manifests (one builder for every source kind);
+* :mod:`.operator_process`: ``taskhandler-operator run`` as a host process against the test
+  control plane (the namespace and RBAC it needs, replicas, reconcile requests, bounded polls),
+  shared by the operator e2e and chaos tests and the operator benchmark;
 * :mod:`.scratch`: where throwaway servers keep their data (tmpfs when roomy).
 
 The pytest plugins in ``tests/fixtures/`` turn these into fixtures.

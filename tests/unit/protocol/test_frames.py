@@ -25,13 +25,14 @@ from taskhandler_operator.protocol.frames import (
     encode_response,
     read_frame,
 )
-
-json_scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.text()
-json_values = st.recursive(
-    json_scalars | st.floats(allow_nan=False),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
-    max_leaves=20,
+from tests.unit.protocol.frame_inputs import (
+    hostile_payloads,
+    json_values,
+    length_headed,
+    read_to_end,
+    reader_with,
 )
+
 bodies = st.none() | st.dictionaries(st.text(), json_values, max_size=5)
 ids = st.integers(0, 2**63 - 1)
 
@@ -134,14 +135,6 @@ def test_undecodable_payloads(payload: bytes, message: str) -> None:
     assert message in str(info.value)
 
 
-def reader_with(data: bytes, *, eof: bool = True) -> asyncio.StreamReader:
-    reader = asyncio.StreamReader()
-    reader.feed_data(data)
-    if eof:
-        reader.feed_eof()
-    return reader
-
-
 async def test_read_frames_until_clean_end() -> None:
     stream = encode_request(RequestFrame(0, {"a": 1})) + encode_request(RequestFrame(1, None))
     reader = reader_with(stream)
@@ -196,24 +189,6 @@ BOUNDED = settings(
     deadline=timedelta(seconds=5),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-# Headers claiming huge sizes, nested containers, extension types, bad UTF-8: the shapes a
-# hostile runtime would send, plus plain random bytes.
-_PREFIXES = st.sampled_from(
-    [
-        b"",
-        b"\x92\x00",  # [0, …
-        b"\x93\x00\xc0",  # [0, nil, …
-        b"\xdd\xff\xff\xff\xff",  # array32 claiming 4 billion items
-        b"\xdf\xff\xff\xff\xff",  # map32 claiming 4 billion pairs
-        b"\xdb\xff\xff\xff\xff",  # str32 claiming 4 GiB
-        b"\xc6\xff\xff\xff\xff",  # bin32 claiming 4 GiB
-        b"\xc9\xff\xff\xff\xff\xff",  # ext32
-        b"\x91" * 5000,  # nesting deeper than any decoder's stack
-        b"\xd7\xff" + b"\xff" * 8,  # timestamp64 past datetime's range
-        b"\x92\xcf\xff\xff\xff\xff\xff\xff\xff\xff",  # id 2^64-1
-    ]
-)
-hostile_payloads = st.builds(lambda p, tail: p + tail, _PREFIXES, st.binary(max_size=64))
 
 
 @BOUNDED
@@ -239,8 +214,7 @@ def test_any_payload_decodes_or_is_a_malformed_frame(payload: bytes) -> None:
 @given(
     stream=st.one_of(
         st.binary(max_size=512),
-        st.builds(
-            lambda n, body: struct.pack(">I", n) + body,
+        length_headed(
             st.one_of(st.integers(0, 2**32 - 1), st.sampled_from([0, 1, 2**32 - 1, 2**31])),
             st.binary(max_size=256),
         ),
@@ -248,19 +222,7 @@ def test_any_payload_decodes_or_is_a_malformed_frame(payload: bytes) -> None:
     limit=st.sampled_from([64, 256, MAX_FRAME_SIZE, 2**32 - 1]),
 )
 async def test_any_stream_gives_payloads_an_end_or_a_typed_error(stream: bytes, limit: int) -> None:
-    reader = reader_with(stream)
-    for _ in range(len(stream) + 1):
-        try:
-            payload = await asyncio.wait_for(read_frame(reader, limit), 5)
-        except FrameTooLarge as exc:
-            assert exc.length > exc.limit == limit
-            return
-        except FrameTruncated:
-            return
-        if payload is None:
-            return
-        assert len(payload) <= limit
-    raise AssertionError("read_frame neither ended nor failed")
+    await read_to_end(stream, limit, 5)
 
 
 # -- the frame-size contract at the uint32 boundary ---------------------------------------------
