@@ -59,7 +59,7 @@ from taskhandler_operator.kube.spec import DeletionPolicy, TaskHandlerBundleSpec
 from taskhandler_operator.kube.status import ConditionType, TaskHandlerBundleStatus
 from taskhandler_operator.reconcile.errors import OwnershipConflict, PassError
 from taskhandler_operator.reconcile.models import BundleSpec
-from taskhandler_operator.reconcile.steps import PassOutcome, PassPorts, run_pass
+from taskhandler_operator.reconcile.steps import PassMemory, PassOutcome, PassPorts, run_pass
 from taskhandler_operator.records import BundleOwner
 
 __all__ = [
@@ -127,6 +127,9 @@ class BundleMemory:
     listing_cache: ListingCache = field(default_factory=ListingCache)
     retry: RetryState = field(default_factory=lambda: RETRY.start())
     last_status: Mapping[str, Any] | None = None
+    # The last pass that changed nothing, kept while (generation, reconcile-now) stay the same.
+    unchanged: PassMemory = field(default_factory=PassMemory)
+    trigger: tuple[int, str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -205,12 +208,18 @@ async def _reconcile(
         runtime_images=runtime.runtime_images,
         pod_settings=runtime.options.pod_settings,
     )
+    trigger = (inputs.generation, inputs.requested_at)
+    if memory.trigger != trigger:  # a spec change or a reconcile-now request: the whole path
+        memory.unchanged.forget()
+        memory.trigger = trigger
     ports = PassPorts(
         syncer=syncer,
         prober=prober,
         store=BundleStore(runtime.poller, key),
         probe_parallelism=spec.probe.parallelism,
         listing_cache=memory.listing_cache,
+        memory=memory.unchanged,
+        watermarks=runtime.store,
     )
     pass_spec = BundleSpec(
         bundle_name=spec.bundle_name,
