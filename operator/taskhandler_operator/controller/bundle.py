@@ -131,6 +131,14 @@ class BundleMemory:
     unchanged: PassMemory = field(default_factory=PassMemory)
     trigger: tuple[int, str | None] | None = None
 
+    def pass_memory(self, generation: int, requested_at: str | None) -> PassMemory:
+        """The unchanged-pass memory, forgotten first on a spec change or a reconcile-now
+        request (either asks for the whole path)."""
+        if self.trigger != (generation, requested_at):
+            self.unchanged.forget()
+            self.trigger = (generation, requested_at)
+        return self.unchanged
+
 
 @dataclass(frozen=True)
 class PassReport:
@@ -208,17 +216,13 @@ async def _reconcile(
         runtime_images=runtime.runtime_images,
         pod_settings=runtime.options.pod_settings,
     )
-    trigger = (inputs.generation, inputs.requested_at)
-    if memory.trigger != trigger:  # a spec change or a reconcile-now request: the whole path
-        memory.unchanged.forget()
-        memory.trigger = trigger
     ports = PassPorts(
         syncer=syncer,
         prober=prober,
         store=BundleStore(runtime.poller, key),
         probe_parallelism=spec.probe.parallelism,
         listing_cache=memory.listing_cache,
-        memory=memory.unchanged,
+        memory=memory.pass_memory(inputs.generation, inputs.requested_at),
         watermarks=runtime.store,
     )
     pass_spec = BundleSpec(
