@@ -424,12 +424,40 @@ class PassMemory:
 
     def remember(self, seen: PassInputs, outcome: PassOutcome) -> None:
         if keeps(outcome, seen):
-            self.inputs, self.outcome = seen, outcome
+            self.inputs, self.outcome = seen, slim(outcome)
         else:
             self.forget()
 
     def forget(self) -> None:
         self.inputs = self.outcome = None
+
+
+def slim(outcome: PassOutcome) -> PassOutcome:
+    """``outcome`` without the Dags that do not concern the bundle: validation gives every Dag
+    of the inventory a verdict (an empty one removes rows the bundle may hold for it), so with
+    a thousand bundles over a thousand Dags, keeping them all would cost a thousand verdicts
+    per bundle. Kept: the verdicts with bindings, kept rows or problems, and their outcomes."""
+    result = outcome.validated.result
+    verdicts = tuple(v for v in result.verdicts if v.bindings != () or v.errors or v.warnings)
+    if len(verdicts) == len(result.verdicts):
+        return outcome
+    concerned = {v.dag_id for v in verdicts}
+
+    def only(outcomes: Mapping[str, T]) -> dict[str, T]:
+        return {dag_id: o for dag_id, o in outcomes.items() if dag_id in concerned}
+
+    return dataclasses.replace(
+        outcome,
+        validated=Validated(
+            result.model_copy(update={"verdicts": verdicts}), outcome.validated.dags
+        ),
+        written=outcome.written.model_copy(
+            update={"dag_outcomes": only(outcome.written.dag_outcomes)}
+        ),
+        summary=outcome.summary.model_copy(
+            update={"dag_outcomes": only(outcome.summary.dag_outcomes)}
+        ),
+    )
 
 
 def queue_dags(dags: Mapping[str, DagStubs], queues: Sequence[str]) -> tuple[str, ...]:
@@ -452,6 +480,7 @@ __all__ = [
     "probe",
     "queue_dags",
     "run_pass",
+    "slim",
     "summarize",
     "sync",
     "validate",

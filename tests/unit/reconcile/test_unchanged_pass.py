@@ -86,7 +86,11 @@ class CountingStore:
             self.version += 1
         self.rows = rows
         self.known = [r.artifact for r in bundle_pass.artifacts]
-        return PassResult(bundle_name=bundle_pass.bundle_name, bindings_inserted=changed)
+        return PassResult(
+            bundle_name=bundle_pass.bundle_name,
+            bindings_inserted=changed,
+            dag_outcomes={v.dag_id: "reconciled" for v in bundle_pass.verdicts},
+        )
 
     async def rows_watermark(
         self, bundle_name: str, dag_ids: Sequence[str], queues: Sequence[str]
@@ -156,6 +160,11 @@ async def test_an_unchanged_pass_keeps_the_outcome_without_loading_or_writing(
     assert kept.validated.result.bindings == remembered.validated.result.bindings
     assert kept.summary.started_at != remembered.summary.started_at
     assert set(kept.summary.step_seconds) == {"sync", "list", "inventory", "watermark"}
+    # Kept slim: the Dag without a stub on the bundle's queues is left out.
+    assert [v.dag_id for v in remembered.validated.result.verdicts] == ["etl", "other"]
+    assert [v.dag_id for v in kept.validated.result.verdicts] == ["etl"]
+    assert set(kept.summary.dag_outcomes) == set(kept.written.dag_outcomes) == {"etl"}
+    assert kept.validated.result.problems == remembered.validated.result.problems
 
 
 async def test_a_changed_stub_inventory_takes_the_whole_path(folder: Path) -> None:
