@@ -23,6 +23,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from taskhandler_operator.artifacts.listing import list_candidates
 from taskhandler_operator.artifacts.models import Language
+from taskhandler_operator.controller import runtime
+from taskhandler_operator.controller.backoff import Wakeups
+from taskhandler_operator.controller.runtime import BundleStore, InventoryPoller
 from taskhandler_operator.db.engine import create_engine
 from taskhandler_operator.db.migrate import upgrade
 from taskhandler_operator.db.tables import BINDING_TABLE
@@ -168,3 +171,29 @@ async def test_an_unchanged_pass_skips_the_work_and_a_changed_inventory_rebinds(
     assert not (await one_pass())[0].summary.reused
     assert (await one_pass())[0].summary.reused
     assert prober.calls == 0
+
+
+async def test_a_recent_inventory_is_reused_and_the_change_it_missed_wakes_the_bundle(
+    pg_url: str, engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "Recent" made an hour, so a slow machine cannot make the second read a real refresh.
+    monkeypatch.setattr(runtime, "INVENTORY_MAX_AGE_SECONDS", 3600.0)
+    wakeups = Wakeups()
+    poller = InventoryPoller(DatabaseStore(engine), wakeups)
+    key = (OWNER.namespace, OWNER.name)
+    poller.serve(key, frozenset(SPEC.queues))
+    other = (OWNER.namespace, "another-bundle")
+    poller.serve(other, frozenset(SPEC.queues))
+    ours = BundleStore(poller, key)
+
+    seen = await ours.recent_stub_inventory()
+    assert poller.polls == 1 and {s.task_id for s in seen[DAG].stubs} == set(TASKS)
+
+    seed_dag(pg_url, ("extract",))  # Airflow changes the Dag meanwhile
+    assert await ours.recent_stub_inventory() is seen and poller.polls == 1  # not re-read yet
+
+    # The next real refresh (another bundle's pass, or the poller's own round) finds the change
+    # and wakes every other bundle serving the queue, so the stale read costs one wake-up.
+    await BundleStore(poller, other).stub_inventory()
+    assert poller.polls == 2 and poller.store.inventory.dags is not seen
+    assert wakeups.get(*key).collect() == ("stub inventory changed",)

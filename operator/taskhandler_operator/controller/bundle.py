@@ -216,14 +216,15 @@ async def _reconcile(
         runtime_images=runtime.runtime_images,
         pod_settings=runtime.options.pod_settings,
     )
+    store = BundleStore(runtime.poller, key)
     ports = PassPorts(
         syncer=syncer,
         prober=prober,
-        store=BundleStore(runtime.poller, key),
+        store=store,
         probe_parallelism=spec.probe.parallelism,
         listing_cache=memory.listing_cache,
         memory=memory.pass_memory(inputs.generation, inputs.requested_at),
-        watermarks=runtime.store,
+        watermarks=store,
     )
     pass_spec = BundleSpec(
         bundle_name=spec.bundle_name,

@@ -321,7 +321,7 @@ async def run_pass(spec: BundleSpec, ports: PassPorts) -> PassOutcome:
     if memory is not None and ports.watermarks is not None:
         # Read before anything the pass loads, so a row written later changes the next
         # watermark; a failure counts against the step that needs the read.
-        dags = await step("validate", ports.store.stub_inventory(), "inventory")
+        dags = await step("validate", ports.watermarks.recent_stub_inventory(), "inventory")
         last = memory.inputs
         if last is not None and last.dags is dags and last.spec.queues == spec.queues:
             dag_ids = last.dag_ids  # the same inventory: no need to walk every Dag again

@@ -43,6 +43,13 @@ class Store(KnownArtifacts, Protocol):
 
 
 class Watermarks(Protocol):
+    """What tells an unchanged pass from a changed one (beside the revision and listing)."""
+
+    async def recent_stub_inventory(self) -> Mapping[str, DagStubs]:
+        """The stub inventory, possibly from a refresh a moment ago (a change it misses wakes
+        the bundle again when a refresh finds it)."""
+        ...
+
     async def rows_watermark(
         self, bundle_name: str, dag_ids: Sequence[str], queues: Sequence[str]
     ) -> RowsWatermark:
@@ -72,6 +79,9 @@ class DatabaseStore:
 
     async def write(self, bundle_pass: BundlePass) -> PassResult:
         return await write_pass(self.engine, bundle_pass)
+
+    async def recent_stub_inventory(self) -> Mapping[str, DagStubs]:
+        return await self.stub_inventory()  # alone, nobody else refreshes it: always fresh
 
     async def rows_watermark(
         self, bundle_name: str, dag_ids: Sequence[str], queues: Sequence[str]

@@ -68,6 +68,9 @@ class CountingStore:
     async def stub_inventory(self) -> Mapping[str, DagStubs]:
         return self.dags
 
+    async def recent_stub_inventory(self) -> Mapping[str, DagStubs]:
+        return self.dags
+
     async def write(self, bundle_pass: BundlePass) -> PassResult:
         self.writes += 1
         rows = frozenset(
