@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from taskhandler_operator.airflow.serialized import DagStubs, StubTask
 from taskhandler_operator.controller.bundle import BundleMemory
+from taskhandler_operator.controller.report import Observation, bundle_status, previous_status
 from taskhandler_operator.db.engine import DatabaseUnavailable
 from taskhandler_operator.db.watermark import RowsWatermark
 from taskhandler_operator.db.write_models import BundlePass, PassResult
@@ -320,3 +322,28 @@ def test_a_new_generation_or_reconcile_now_request_forgets_the_last_pass() -> No
     remember()
     assert memory.pass_memory(2, "2026-12-01T04:00:00Z") is remembered
     assert remembered.inputs is not None
+
+
+async def test_the_kept_slim_outcome_gives_the_same_status(folder: Path) -> None:
+    write_typescript_bundle(folder / "broken.min.mjs", b"x")
+    (folder / "broken.min.mjs").write_bytes(b"//# airflowBundle={broken\n")
+    store, memory = CountingStore(inventory("extract", "load", "missing")), PassMemory()
+    ports = ports_for(folder, store, memory)
+    full = await settle(SPEC, ports)
+    kept = await run_pass(SPEC, ports)
+    assert kept.summary.reused and kept.probed.records == ()  # the answers were dropped
+
+    now = datetime(2026, 12, 1, 5, 0, tzinfo=UTC)
+    old = previous_status(None)
+    statuses = [
+        bundle_status(old, Observation(generation=3, now=now, outcome=o, synced_revision="r"))
+        for o in (full, kept)
+    ]
+    assert statuses[0].to_body() == statuses[1].to_body()
+    body = statuses[0].to_body()
+    assert {a["path"]: a.get("handlers") for a in body["artifacts"]} == {
+        "broken.min.mjs": None,
+        "extract.min.mjs": 1,
+        "load.min.mjs": 1,
+    }
+    assert any(p["kind"] == "unbound" for p in body["problems"])
