@@ -435,6 +435,12 @@ class PassMemory:
         self.inputs = self.outcome = None
 
 
+#: Stands for a cached artifact's answer in a kept outcome (only the candidate is read).
+_NO_ANSWER = TaskHandlerArtifact(
+    bundle_name="-", relative_fileloc="(answer not kept)", size_bytes=0, task_handlers={}
+)
+
+
 def slim(outcome: PassOutcome) -> PassOutcome:
     """``outcome`` as worth keeping for a thousand bundles: the status reads the summary (with
     each answer's handler count), the candidates and the verdicts that concern the bundle.
@@ -447,7 +453,7 @@ def slim(outcome: PassOutcome) -> PassOutcome:
     verdicts = tuple(v for v in result.verdicts if v.bindings != () or v.errors or v.warnings)
     concerned = {v.dag_id for v in verdicts}
     plan = outcome.planned.plan
-    cached = [(c, a.model_copy(update={"task_handlers": {}})) for c, a in plan.cached]
+    cached = [(c, _NO_ANSWER) for c, _answer in plan.cached]
 
     def only(outcomes: Mapping[str, T]) -> dict[str, T]:
         return {dag_id: o for dag_id, o in outcomes.items() if dag_id in concerned}
