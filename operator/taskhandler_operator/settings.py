@@ -115,12 +115,6 @@ class Settings(BaseSettings):
     probe_parallelism: int = Field(
         default=4, ge=1, le=256, description="probe Jobs running at once, all bundles together"
     )
-    max_concurrent_passes: int = Field(
-        default=16,
-        ge=1,
-        le=1024,
-        description="reconcile passes running at once, plus one per probe slot",
-    )
     metrics_port: Port = Field(default=8080, description="Prometheus metrics port")
     health_port: Port = Field(default=8081, description="liveness/readiness probe port")
     log_format: LogFormat = Field(default="json", description="json or text")

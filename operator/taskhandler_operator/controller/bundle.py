@@ -383,10 +383,9 @@ async def run_bundle(
     try:
         while not stopped():
             wakeup.collect()
+            inputs = BundleInputs.from_body(get_body())
             try:
-                async with runtime.pass_gate:  # at most so many passes at once (the peak RSS)
-                    inputs = BundleInputs.from_body(get_body())
-                    report = await reconcile_bundle(inputs, runtime, memory)
+                report = await reconcile_bundle(inputs, runtime, memory)
             except (DatabaseError, KubeApiError, OSError) as exc:
                 # Not a pass error (the status write, an Event): retry later, never crash.
                 delay = memory.retry.next_delay()

@@ -42,13 +42,7 @@ from taskhandler_operator.sources.server import ArtifactServer
 from taskhandler_operator.sources.signing import generate_key
 from taskhandler_operator.sources.store import RevisionStore
 
-__all__ = [
-    "InventoryPoller",
-    "OperatorRuntime",
-    "RuntimeOptions",
-    "affected_queues",
-    "pass_gate_size",
-]
+__all__ = ["InventoryPoller", "OperatorRuntime", "RuntimeOptions", "affected_queues"]
 
 log = logging.getLogger(__name__)
 
@@ -82,20 +76,6 @@ def affected_queues(
             if dag is not None:
                 queues.update(stub.queue for stub in dag.stubs)
     return queues
-
-
-def pass_gate_size(settings: Settings) -> int:
-    """Reconcile passes allowed at once: ``max_concurrent_passes``, plus one per probe slot,
-    since a pass waits for its probe Jobs (up to the probe timeout) holding its place, and
-    those must not hold up every other bundle's pass.
-
-    Why a cap at all: at start every bundle's first pass begins at once; each holds its
-    listing, answers and verdicts while it queues for a worker thread or a database connection
-    (and a pool past its 5 connections opens and closes extra ones, which costs CPU). Measured
-    over 300 bundles in one process: 16 at a time halved the growth of the peak RSS during
-    the first passes (+18 MB instead of +34 MB) and lowered their CPU (50 ms a pass, not 61–74).
-    """
-    return settings.max_concurrent_passes + settings.probe_parallelism
 
 
 class InventoryPoller:
@@ -194,8 +174,6 @@ class OperatorRuntime:
     poller: InventoryPoller
     redactor: Redactor
     reconciler_heartbeat: Heartbeat
-    # Passes at once (see pass_gate_size); run_bundle holds it for each pass.
-    pass_gate: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(20))
 
     @property
     def runtime_images(self) -> dict[Language, str]:
@@ -274,7 +252,6 @@ class OperatorRuntime:
             poller=poller,
             redactor=redactor,
             reconciler_heartbeat=reconciler,
-            pass_gate=asyncio.Semaphore(pass_gate_size(settings)),
         )
         servers: list[HealthServer] = []
         tasks: list[asyncio.Task[None]] = []
