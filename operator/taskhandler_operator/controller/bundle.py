@@ -59,7 +59,7 @@ from taskhandler_operator.kube.spec import DeletionPolicy, TaskHandlerBundleSpec
 from taskhandler_operator.kube.status import ConditionType, TaskHandlerBundleStatus
 from taskhandler_operator.reconcile.errors import OwnershipConflict, PassError
 from taskhandler_operator.reconcile.models import BundleSpec
-from taskhandler_operator.reconcile.steps import PassOutcome, PassPorts, run_pass
+from taskhandler_operator.reconcile.steps import PassMemory, PassOutcome, PassPorts, run_pass
 from taskhandler_operator.records import BundleOwner
 
 __all__ = [
@@ -128,6 +128,17 @@ class BundleMemory:
     retry: RetryState = field(default_factory=lambda: RETRY.start())
     probe_retries: ProbeRetries = field(default_factory=ProbeRetries)
     last_status: Mapping[str, Any] | None = None
+    # The last pass that changed nothing, kept while (generation, reconcile-now) stay the same.
+    unchanged: PassMemory = field(default_factory=PassMemory)
+    trigger: tuple[int, str | None] | None = None
+
+    def pass_memory(self, generation: int, requested_at: str | None) -> PassMemory:
+        """The unchanged-pass memory, forgotten first on a spec change or a reconcile-now
+        request (either asks for the whole path)."""
+        if self.trigger != (generation, requested_at):
+            self.unchanged.forget()
+            self.trigger = (generation, requested_at)
+        return self.unchanged
 
 
 @dataclass(frozen=True)
@@ -208,12 +219,15 @@ async def _reconcile(
         pod_settings=runtime.options.pod_settings,
         retries=memory.probe_retries,
     )
+    store = BundleStore(runtime.poller, key)
     ports = PassPorts(
         syncer=syncer,
         prober=prober,
-        store=BundleStore(runtime.poller, key),
+        store=store,
         probe_parallelism=spec.probe.parallelism,
         listing_cache=memory.listing_cache,
+        memory=memory.pass_memory(inputs.generation, inputs.requested_at),
+        watermarks=store,
     )
     pass_spec = BundleSpec(
         bundle_name=spec.bundle_name,

@@ -201,7 +201,8 @@ def bundle_status(old: TaskHandlerBundleStatus, seen: Observation) -> TaskHandle
 
 
 def _artifacts(outcome: PassOutcome, codes: Mapping[str, str]) -> list[ArtifactStatus]:
-    handlers: dict[str, int] = {}
+    # From the summary: a kept outcome (the unchanged pass) no longer holds the answers.
+    handlers: dict[str, int] = dict(outcome.summary.handlers_by_path)
     for record in outcome.probed.records:
         artifact = record.artifact
         handlers[artifact.relative_fileloc] = sum(len(d) for d in artifact.task_handlers.values())

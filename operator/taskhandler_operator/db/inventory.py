@@ -121,7 +121,8 @@ class StubInventory:
     @property
     def dags(self) -> Mapping[str, DagStubs]:
         """The inventory as of the last refresh, by dag_id: an immutable snapshot that later
-        refreshes replace rather than change."""
+        refreshes replace rather than change, and replace only when something changed (so an
+        unchanged inventory is the very same object)."""
         return self._dags
 
     async def refresh(self, engine: AsyncEngine | AsyncConnection) -> InventoryDelta:
@@ -157,16 +158,18 @@ class StubInventory:
             ]
             parsed.update(await asyncio.to_thread(_parse_rows, fetched, self.default_queue))
 
-        seen = dict(self._seen)
-        dags = dict(self._dags)
-        for dag_id in removed:
-            seen.pop(dag_id, None)
-            dags.pop(dag_id, None)
-        for dag_id, (key, stubs) in parsed.items():
-            seen[dag_id] = key
-            dags[dag_id] = stubs
-        self._seen = seen
-        self._dags = MappingProxyType(dags)
+        if removed or parsed:
+            seen = dict(self._seen)
+            dags = dict(self._dags)
+            for dag_id in removed:
+                seen.pop(dag_id, None)
+                dags.pop(dag_id, None)
+            for dag_id, (key, stubs) in parsed.items():
+                seen[dag_id] = key
+                dags[dag_id] = stubs
+            self._seen = seen
+            self._dags = MappingProxyType(dags)
+        # else the snapshot stays the same object: "``dags is`` the last pass's" means unchanged.
         # A row that vanished between the two queries is picked up by the next refresh.
         return InventoryDelta(
             changed=tuple(sorted(parsed)),

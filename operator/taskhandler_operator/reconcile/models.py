@@ -153,6 +153,10 @@ class PassSummary(BaseModel):
     rows_written: int = 0
     statements: int = 0
     step_seconds: dict[str, float] = Field(default_factory=dict)
+    # True: nothing changed since the last pass, whose outcome this is (no load, no write).
+    reused: bool = False
+    # Handlers each current answer declares, by artifact path (the status shows them).
+    handlers_by_path: dict[str, int] = Field(default_factory=dict)
 
     @property
     def errors(self) -> tuple[BundleProblem, ...]:

@@ -27,16 +27,19 @@ chooses to keep (the shared stub inventory inside the store, a listing cache per
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+import dataclasses
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
 
 from pydantic import ValidationError
 
-from taskhandler_operator.artifacts.listing import ListingCache, list_candidates
+from taskhandler_operator.airflow.serialized import DagStubs
+from taskhandler_operator.artifacts.listing import ListingCache, ListingProblem, list_candidates
 from taskhandler_operator.artifacts.models import Candidate
 from taskhandler_operator.artifacts.planner import plan_probes
+from taskhandler_operator.db.watermark import RowsWatermark
 from taskhandler_operator.db.write_models import BundlePass, PassResult
 from taskhandler_operator.reconcile.errors import PassError, classify
 from taskhandler_operator.reconcile.models import (
@@ -56,7 +59,7 @@ from taskhandler_operator.reconcile.models import (
     Validated,
 )
 from taskhandler_operator.reconcile.ports import Clock, Prober, Syncer, SystemClock
-from taskhandler_operator.reconcile.store import KnownArtifacts, Store
+from taskhandler_operator.reconcile.store import KnownArtifacts, Store, Watermarks
 from taskhandler_operator.records import ArtifactRecord, TaskHandlerArtifact
 from taskhandler_operator.validation import BrokenCandidate, validate_bundle
 
@@ -176,7 +179,8 @@ def _records_of(
 
 async def validate(store: Store, spec: BundleSpec, planned: Planned, probed: Probed) -> Validated:
     """Every Dag's stubs on the bundle's queues against the bundle's answers. Artifacts without
-    an answer are named in "no artifact registers it" problems, since they may be why."""
+    an answer are named in "no artifact registers it" problems, since they may be why. The
+    stub inventory is refreshed here, after the probes (which may take minutes)."""
     dags = await store.stub_inventory()
     broken = [
         BrokenCandidate(rel_path=c.rel_path, reason=c.error or "unreadable")
@@ -232,17 +236,19 @@ def summarize(
         ArtifactIssue(rel_path=f.rel_path, kind="probe_failed", reason=f.reason)
         for f in probed.failures
     ]
+    handlers = {
+        record.artifact.relative_fileloc: sum(
+            len(declarations) for declarations in record.artifact.task_handlers.values()
+        )
+        for record in probed.records
+    }
     counts = PassCounts(
         candidates=len(listed.candidates),
         cached=len(planned.plan.cached),
         probed=len(probed.accepted),
         rejected=len(planned.plan.rejected),
         failed=len(probed.failures),
-        handlers=sum(
-            len(declarations)
-            for record in probed.records
-            for declarations in record.artifact.task_handlers.values()
-        ),
+        handlers=sum(handlers.values()),
         bindings=len(validated.result.bindings),
     )
     return PassSummary(
@@ -256,6 +262,7 @@ def summarize(
         rows_written=written.rows_written,
         statements=written.statements,
         step_seconds=dict(step_seconds or {}),
+        handlers_by_path=handlers,
     )
 
 
@@ -273,6 +280,9 @@ class PassPorts:
     clock: Clock = field(default_factory=SystemClock)
     probe_parallelism: int = DEFAULT_PROBE_PARALLELISM
     listing_cache: ListingCache | None = None
+    # Both given: a pass whose inputs equal the last unchanged pass's keeps its outcome.
+    memory: PassMemory | None = None
+    watermarks: Watermarks | None = None
 
 
 @dataclass(frozen=True)
@@ -295,19 +305,46 @@ async def run_pass(spec: BundleSpec, ports: PassPorts) -> PassOutcome:
     started_at = clock.now()
     seconds: dict[str, float] = {}
 
-    async def step(name: StepName, work: Awaitable[T]) -> T:
+    async def step(name: StepName, work: Awaitable[T], label: str | None = None) -> T:
         began = clock.monotonic()
         try:
             return await work
-        except PassError:
-            raise
         except Exception as exc:
+            if ports.memory is not None:
+                ports.memory.forget()  # after a failure, retryable or not: the whole path
+            if isinstance(exc, PassError):
+                raise
             raise classify(name, exc) from exc
         finally:
-            seconds[name] = clock.monotonic() - began
+            seconds[label or name] = clock.monotonic() - began
 
     synced = await step("sync", sync(ports.syncer, spec))
     listed = await step("list", list_bundle(spec, synced, ports.listing_cache))
+    memory, seen = ports.memory, None
+    if memory is not None and ports.watermarks is not None:
+        # Read before anything the pass loads, so a row written later changes the next
+        # watermark; a failure counts against the step that needs the read.
+        dags = await step("validate", ports.watermarks.recent_stub_inventory(), "inventory")
+        last = memory.inputs
+        if last is not None and last.dags is dags and last.spec.queues == spec.queues:
+            dag_ids = last.dag_ids  # the same inventory: no need to walk every Dag again
+        else:
+            dag_ids = queue_dags(dags, spec.queues)
+        rows = await step(
+            "plan",
+            ports.watermarks.rows_watermark(spec.bundle_name, dag_ids, spec.queues),
+            "watermark",
+        )
+        seen = PassInputs(
+            spec, synced.revision, listed.candidates, listed.problems, dags, dag_ids, rows
+        )
+        kept = memory.recall(seen)
+        if kept is not None:
+            summary = kept.summary.model_copy(
+                update={"started_at": started_at, "step_seconds": seconds, "reused": True}
+            )
+            return dataclasses.replace(kept, summary=summary)
+        memory.forget()  # changed (or failing below): the next pass takes the whole path too
     planned = await step("plan", plan(ports.store, spec, listed))
     probed = await step(
         "probe",
@@ -321,17 +358,143 @@ async def run_pass(spec: BundleSpec, ports: PassPorts) -> PassOutcome:
     )
     seconds["summarize"] = clock.monotonic() - began
     summary = summary.model_copy(update={"step_seconds": seconds})
-    return PassOutcome(synced, listed, planned, probed, validated, written, summary)
+    outcome = PassOutcome(synced, listed, planned, probed, validated, written, summary)
+    if memory is not None and seen is not None:
+        memory.remember(seen, outcome)
+    return outcome
+
+
+# --- the unchanged pass ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PassInputs:
+    """Everything a pass's outcome depends on besides the prober: the spec, the revision and
+    its listing, the stub inventory (by identity: a refresh that finds nothing new keeps the
+    same snapshot) and the watermark of the database rows the pass reads and writes."""
+
+    spec: BundleSpec
+    revision: str
+    candidates: tuple[Candidate, ...]
+    problems: tuple[ListingProblem, ...]
+    dags: Mapping[str, DagStubs]
+    dag_ids: tuple[str, ...]  # the Dags with a stub on the bundle's queues
+    rows: RowsWatermark
+
+    def same_as(self, other: PassInputs) -> bool:
+        return (
+            self.dags is other.dags
+            and self.rows == other.rows
+            and self.revision == other.revision
+            and self.spec == other.spec
+            and self.candidates == other.candidates
+            and self.problems == other.problems
+        )
+
+
+def keeps(outcome: PassOutcome, seen: PassInputs) -> bool:
+    """Whether a later pass with the same inputs may keep ``outcome``: it probed nothing (a
+    probe's answer, or its failure, is news the next pass must not assume), validated against
+    the inventory its inputs name, and wrote no row (so the watermark read before the pass
+    still describes the rows after it)."""
+    return (
+        not outcome.planned.plan.probe
+        and outcome.validated.dags is seen.dags
+        and outcome.written.rows_written == 0
+    )
+
+
+@dataclass
+class PassMemory:
+    """The last pass of one bundle that changed nothing, kept by the caller between passes.
+
+    A pass whose :class:`PassInputs` equal the remembered ones keeps the remembered outcome:
+    no loading of the stored answers, no planning, validation or write. Anything else (a new
+    revision, listing, spec, stub inventory or row, a pass that probed, wrote or failed) takes
+    the whole path; ``forget`` makes the next one do so too (the caller forgets on a new
+    generation or a reconcile-now request).
+    """
+
+    inputs: PassInputs | None = None
+    outcome: PassOutcome | None = None
+    kept: int = 0  # passes that kept the outcome, for tests and logs
+
+    def recall(self, seen: PassInputs) -> PassOutcome | None:
+        if self.inputs is None or self.outcome is None or not seen.same_as(self.inputs):
+            return None
+        self.kept += 1
+        return self.outcome
+
+    def remember(self, seen: PassInputs, outcome: PassOutcome) -> None:
+        if keeps(outcome, seen):
+            self.inputs, self.outcome = seen, slim(outcome)
+        else:
+            self.forget()
+
+    def forget(self) -> None:
+        self.inputs = self.outcome = None
+
+
+#: Stands for a cached artifact's answer in a kept outcome (only the candidate is read).
+_NO_ANSWER = TaskHandlerArtifact(
+    bundle_name="-", relative_fileloc="(answer not kept)", size_bytes=0, task_handlers={}
+)
+
+
+def slim(outcome: PassOutcome) -> PassOutcome:
+    """``outcome`` as worth keeping for a thousand bundles: the status reads the summary (with
+    each answer's handler count), the candidates and the verdicts that concern the bundle.
+
+    Dropped: the answers themselves (the reused records, and the cached artifacts' declarations,
+    about 30 KiB for 20 artifacts), and the verdicts of the Dags without a stub on the bundle's
+    queues (validation gives every Dag of the inventory one: a thousand per bundle over a
+    thousand Dags) with their outcomes."""
+    result = outcome.validated.result
+    verdicts = tuple(v for v in result.verdicts if v.bindings != () or v.errors or v.warnings)
+    concerned = {v.dag_id for v in verdicts}
+    plan = outcome.planned.plan
+    cached = [(c, _NO_ANSWER) for c, _answer in plan.cached]
+
+    def only(outcomes: Mapping[str, T]) -> dict[str, T]:
+        return {dag_id: o for dag_id, o in outcomes.items() if dag_id in concerned}
+
+    return dataclasses.replace(
+        outcome,
+        planned=dataclasses.replace(outcome.planned, plan=dataclasses.replace(plan, cached=cached)),
+        probed=dataclasses.replace(outcome.probed, records=()),
+        validated=Validated(
+            result.model_copy(update={"verdicts": verdicts}), outcome.validated.dags
+        ),
+        written=outcome.written.model_copy(
+            update={"dag_outcomes": only(outcome.written.dag_outcomes)}
+        ),
+        summary=outcome.summary.model_copy(
+            update={"dag_outcomes": only(outcome.summary.dag_outcomes)}
+        ),
+    )
+
+
+def queue_dags(dags: Mapping[str, DagStubs], queues: Sequence[str]) -> tuple[str, ...]:
+    """The Dags with a stub on one of ``queues``: the bindings a conflict may come from."""
+    wanted = frozenset(queues)
+    return tuple(
+        sorted(dag_id for dag_id, dag in dags.items() if any(s.queue in wanted for s in dag.stubs))
+    )
 
 
 __all__ = [
     "DEFAULT_PROBE_PARALLELISM",
+    "PassInputs",
+    "PassMemory",
     "PassOutcome",
     "PassPorts",
+    "keeps",
     "list_bundle",
     "plan",
     "probe",
+    "queue_dags",
     "run_pass",
+    "slim",
     "summarize",
     "sync",
     "validate",

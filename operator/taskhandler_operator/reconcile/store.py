@@ -5,7 +5,7 @@ Kept apart from :mod:`.ports` because it names the write path's types, which liv
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from taskhandler_operator.airflow.serialized import DagStubs
 from taskhandler_operator.db.inventory import InventoryDelta, StubInventory
 from taskhandler_operator.db.known_artifacts import load_known_artifacts
+from taskhandler_operator.db.watermark import RowsWatermark, rows_watermark
 from taskhandler_operator.db.write_models import BundlePass, PassResult
 from taskhandler_operator.db.writer import write_pass
 from taskhandler_operator.records import TaskHandlerArtifact
@@ -41,6 +42,21 @@ class Store(KnownArtifacts, Protocol):
         ...
 
 
+class Watermarks(Protocol):
+    """What tells an unchanged pass from a changed one (beside the revision and listing)."""
+
+    async def recent_stub_inventory(self) -> Mapping[str, DagStubs]:
+        """The stub inventory, possibly from a refresh a moment ago (a change it misses wakes
+        the bundle again when a refresh finds it)."""
+        ...
+
+    async def rows_watermark(
+        self, bundle_name: str, dag_ids: Sequence[str], queues: Sequence[str]
+    ) -> RowsWatermark:
+        """A value that changes whenever a row the bundle's pass reads or writes changes."""
+        ...
+
+
 class DatabaseStore:
     """:class:`Store` on Airflow's metadata database.
 
@@ -63,3 +79,11 @@ class DatabaseStore:
 
     async def write(self, bundle_pass: BundlePass) -> PassResult:
         return await write_pass(self.engine, bundle_pass)
+
+    async def recent_stub_inventory(self) -> Mapping[str, DagStubs]:
+        return await self.stub_inventory()  # alone, nobody else refreshes it: always fresh
+
+    async def rows_watermark(
+        self, bundle_name: str, dag_ids: Sequence[str], queues: Sequence[str]
+    ) -> RowsWatermark:
+        return await rows_watermark(self.engine, bundle_name, dag_ids, queues)
