@@ -158,5 +158,11 @@ def test_operator_benchmark_runs(tmp_path: Path) -> None:
     assert isinstance(steady, dict)
     assert steady["bundles"] == 3 and steady["probe_jobs_total"] == 0
     assert steady["passes"] > 0
+    # The statement-count comparison holds the bundle count and doubles the artifacts.
+    base, compare = document["steady_base"], document["steady_compare"]
+    assert isinstance(base, dict) and isinstance(compare, dict)
+    assert base["bundles"] == compare["bundles"] == 2
+    assert (base["artifacts_per_bundle"], compare["artifacts_per_bundle"]) == (2, 4)
+    assert any(str(row["measure"]).startswith("SQL statements per pass") for row in targets)
     cold = document["probe"]
     assert isinstance(cold, dict) and cold["cold_start"]["jobs"] == 4
