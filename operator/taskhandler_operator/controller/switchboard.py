@@ -20,7 +20,6 @@ annotations under ``kopf.langsdk.dev``.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import os
@@ -111,7 +110,8 @@ def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
         cancellation_timeout=config.daemon_stop_seconds,
     )
     async def reconcile(body: kopf.Body, stopped: kopf.DaemonStopped, **_: Any) -> None:
-        await run_bundle(lambda: copy.deepcopy(dict(body)), runtime, stopped.is_set)
+        # kopf's live view; each pass copies only what it reads (BundleInputs.from_body).
+        await run_bundle(lambda: body, runtime, stopped.is_set)
 
     @kopf.on.create(*bundles, registry=registry, id="wake-create")
     @kopf.on.update(*bundles, registry=registry, id="wake-update")
@@ -136,7 +136,7 @@ def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
 
     @kopf.on.delete(*bundles, registry=registry, id="deletion-policy")
     async def delete(body: kopf.Body, **_: Any) -> None:
-        what = await delete_bundle(BundleInputs.from_body(copy.deepcopy(dict(body))), runtime)
+        what = await delete_bundle(BundleInputs.from_body(body), runtime)
         log.info(
             "TaskHandlerBundle %s/%s deleted: %s", body.metadata.namespace, body.metadata.name, what
         )
