@@ -26,7 +26,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from taskhandler_operator.artifacts.listing import ListingCache
-from taskhandler_operator.controller.backoff import Backoff, ProbeRetries, RetryState, jittered
+from taskhandler_operator.controller.backoff import (
+    SHARED_RANDOM,
+    Backoff,
+    ProbeRetries,
+    RetryState,
+    jittered,
+)
 from taskhandler_operator.controller.kubeapi import KubeApiError, NotFound
 from taskhandler_operator.controller.logs import bundle_context, set_revision
 from taskhandler_operator.controller.probing import JobProber
@@ -390,7 +396,7 @@ async def run_bundle(
     """Reconcile one bundle until ``stopped()``: a pass, then sleep until the interval (with
     jitter) or the back-off ends, or a wake-up (spec change, Job event, inventory change,
     reconcile-now annotation, free probe slot) comes earlier."""
-    rand = rand or random.Random()  # noqa: S311 - jitter, not crypto
+    rand = rand or SHARED_RANDOM
     memory = BundleMemory()
     namespace, name = _object_name(get_body())
     wakeup = runtime.wakeups.get(namespace, name)
