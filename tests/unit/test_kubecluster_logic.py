@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from taskhandler_operator.devenv.kubecluster import podspec
+from taskhandler_operator.devenv.kubecluster.control_plane import ToolError
 from taskhandler_operator.devenv.kubecluster.logserver import tail_lines
 from taskhandler_operator.devenv.kubecluster.mounttargets import MountTargets
 from taskhandler_operator.devenv.kubecluster.podspec import (
@@ -321,3 +323,12 @@ def test_cluster_folder_avoids_a_small_shm(tmp_path: Path) -> None:
     assert scratch_parent(tmp_path, min_free=0) == tmp_path
     assert scratch_parent(tmp_path, min_free=1 << 62) == Path(tempfile.gettempdir())
     assert scratch_parent(tmp_path / "absent", min_free=0) == Path(tempfile.gettempdir())
+
+
+def test_a_failed_tool_call_says_what_the_tool_printed_on_stderr() -> None:
+    error = ToolError(1, ["kubectl", "wait"], "", "error: no matching resources found\n")
+    assert "no matching resources found" in str(error)
+    assert isinstance(error, subprocess.CalledProcessError)  # callers catching it still do
+    assert str(ToolError(1, ["kubectl"], "", "")) == str(
+        subprocess.CalledProcessError(1, ["kubectl"])
+    )
