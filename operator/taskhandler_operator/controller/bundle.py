@@ -14,6 +14,7 @@ back-off; a conflict or an invalid spec is ``Stalled`` and waits for a change.
 
 from __future__ import annotations
 
+import copy
 import logging
 import random
 import time
@@ -25,7 +26,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from taskhandler_operator.artifacts.listing import ListingCache
-from taskhandler_operator.controller.backoff import Backoff, ProbeRetries, RetryState, jittered
+from taskhandler_operator.controller.backoff import (
+    SHARED_RANDOM,
+    Backoff,
+    ProbeRetries,
+    RetryState,
+    jittered,
+)
 from taskhandler_operator.controller.kubeapi import KubeApiError, NotFound
 from taskhandler_operator.controller.logs import bundle_context, set_revision
 from taskhandler_operator.controller.probing import JobProber
@@ -81,7 +88,8 @@ RETRY = Backoff(base=5.0, cap=300.0)
 
 @dataclass(frozen=True)
 class BundleInputs:
-    """What a pass takes from the TaskHandlerBundle object."""
+    """What a pass takes from the TaskHandlerBundle object: copies of its spec, status and
+    annotations, never the whole body (its ``managedFields`` alone are as big as the status)."""
 
     namespace: str
     name: str
@@ -90,20 +98,20 @@ class BundleInputs:
     spec: Mapping[str, Any]
     status: Mapping[str, Any] | None
     annotations: Mapping[str, str]
-    body: Mapping[str, Any]
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> BundleInputs:
+        """Copies, so a body kopf replaces or a caller edits during the pass changes nothing."""
         meta = body.get("metadata") or {}
+        status = body.get("status")
         return cls(
             namespace=str(meta.get("namespace")),
             name=str(meta.get("name")),
             uid=str(meta.get("uid")),
             generation=int(meta.get("generation") or 0),
-            spec=dict(body.get("spec") or {}),
-            status=body.get("status"),
+            spec=copy.deepcopy(dict(body.get("spec") or {})),
+            status=None if status is None else copy.deepcopy(dict(status)),
             annotations=dict(meta.get("annotations") or {}),
-            body=body,
         )
 
     @property
@@ -388,27 +396,16 @@ async def run_bundle(
     """Reconcile one bundle until ``stopped()``: a pass, then sleep until the interval (with
     jitter) or the back-off ends, or a wake-up (spec change, Job event, inventory change,
     reconcile-now annotation, free probe slot) comes earlier."""
-    rand = rand or random.Random()  # noqa: S311 - jitter, not crypto
+    rand = rand or SHARED_RANDOM
     memory = BundleMemory()
-    first = get_body()
-    meta = first.get("metadata") or {}
-    namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+    namespace, name = _object_name(get_body())
     wakeup = runtime.wakeups.get(namespace, name)
     try:
         while not stopped():
             wakeup.collect()
-            inputs = BundleInputs.from_body(get_body())
-            try:
-                report = await reconcile_bundle(inputs, runtime, memory)
-            except (DatabaseError, KubeApiError, OSError) as exc:
-                # Not a pass error (the status write, an Event): retry later, never crash.
-                delay = memory.retry.next_delay()
-                log.warning(
-                    "reconcile of %s/%s failed: %s; retry in %.0fs", namespace, name, exc, delay
-                )
-                sleep = delay
-            else:
-                sleep = sleep_after(report, rand)
+            # The pass's inputs and report live in _one_pass's frame only, so nothing of them
+            # outlives the pass: this coroutine sleeps for most of its life, once per bundle.
+            sleep = await _one_pass(get_body, runtime, memory, rand)
             runtime.reconciler_heartbeat.beat()
             if stopped():
                 return
@@ -419,6 +416,35 @@ async def run_bundle(
         runtime.wakeups.discard(namespace, name)
         runtime.poller.forget((namespace, name))
         runtime.slots.forget((namespace, name))
+
+
+def _object_name(body: Mapping[str, Any]) -> tuple[str, str]:
+    meta = body.get("metadata") or {}
+    return str(meta.get("namespace")), str(meta.get("name"))
+
+
+async def _one_pass(
+    get_body: Callable[[], Mapping[str, Any]],
+    runtime: OperatorRuntime,
+    memory: BundleMemory,
+    rand: random.Random,
+) -> float:
+    """One pass of :func:`run_bundle`; the seconds to sleep after it."""
+    inputs = BundleInputs.from_body(get_body())
+    try:
+        report = await reconcile_bundle(inputs, runtime, memory)
+    except (DatabaseError, KubeApiError, OSError) as exc:
+        # Not a pass error (the status write, an Event): retry later, never crash.
+        delay = memory.retry.next_delay()
+        log.warning(
+            "reconcile of %s/%s failed: %s; retry in %.0fs",
+            inputs.namespace,
+            inputs.name,
+            exc,
+            delay,
+        )
+        return delay
+    return sleep_after(report, rand)
 
 
 async def delete_bundle(inputs: BundleInputs, runtime: OperatorRuntime) -> str:

@@ -6,6 +6,7 @@
   service-account login talks to ``$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT`` like
   client-go's in-cluster config, not kopf's fixed ``kubernetes.default.svc`` (which needs
   cluster DNS: a host-network pod or a node without it cannot resolve the name).
+  kopf is given its HTTP session with a bounded connection pool (:func:`bounded_session`).
 * ``reconcile`` (a daemon per TaskHandlerBundle): :func:`~.bundle.run_bundle`, the bundle's
   only reconciler, so its work is serialized while bundles proceed in parallel.
 * ``create``/``update``/``resume``: wake the daemon (a spec change, the reconcile-now
@@ -20,7 +21,6 @@ annotations under ``kopf.langsdk.dev``.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import os
@@ -28,13 +28,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import kopf
 
 from taskhandler_operator.controller.bundle import BundleInputs, delete_bundle, run_bundle
 from taskhandler_operator.controller.runtime import OperatorRuntime
 from taskhandler_operator.kube import names
 
-__all__ = ["SwitchboardConfig", "build_registry", "configure"]
+__all__ = ["SwitchboardConfig", "bounded_session", "build_registry", "configure"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,15 @@ JOB_SELECTOR = f"{names.LABEL_MANAGED_BY}={names.MANAGER}"
 FINALIZER = f"{names.GROUP}/finalizer"
 REQUESTED_AT = names.ANNOTATION_RECONCILE_REQUESTED_AT
 KOPF_PREFIX = f"kopf.{names.GROUP}"
+
+#: Connections kopf's requests (patches, Events) share besides its watch streams. kopf's own
+#: session has no limit and asyncio gives every TLS connection a 256 KiB read buffer: at
+#: start-up kopf patches every bundle at once (finalizer, then its annotations), one connection
+#: each, which cost about 0.3 MiB of peak RSS per bundle (docs/operations.md). Requests beyond
+#: the limit wait for a free connection instead.
+KOPF_REQUEST_CONNECTIONS = 16
+#: kopf's watch streams per watched namespace (or for the whole cluster): bundles and Jobs.
+KOPF_WATCHES_PER_SCOPE = 2
 
 
 @dataclass(frozen=True)
@@ -94,15 +104,22 @@ def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure(settings)
 
+    # The watch streams hold their connections for good, so the limit is on top of them.
+    connections = KOPF_REQUEST_CONNECTIONS + KOPF_WATCHES_PER_SCOPE * max(
+        1, len(runtime.settings.namespaces)
+    )
+
     @kopf.on.login(registry=registry)
-    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    async def login(**kwargs: Any) -> kopf.AiohttpSession | None:
+        info: kopf.ConnectionInfo | None
         if config.kubeconfig is None:
             info = kopf.login_with_service_account(**kwargs)
             server = in_cluster_server(os.environ)
-            if info is None or server is None:
-                return info
-            return dataclasses.replace(info, server=server)
-        return kopf.login_with_kubeconfig(**kwargs)
+            if info is not None and server is not None:
+                info = dataclasses.replace(info, server=server)
+        else:
+            info = kopf.login_with_kubeconfig(**kwargs)
+        return None if info is None else bounded_session(info, connections)
 
     @kopf.daemon(
         *bundles,
@@ -111,7 +128,8 @@ def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
         cancellation_timeout=config.daemon_stop_seconds,
     )
     async def reconcile(body: kopf.Body, stopped: kopf.DaemonStopped, **_: Any) -> None:
-        await run_bundle(lambda: copy.deepcopy(dict(body)), runtime, stopped.is_set)
+        # kopf's live view; each pass copies only what it reads (BundleInputs.from_body).
+        await run_bundle(lambda: body, runtime, stopped.is_set)
 
     @kopf.on.create(*bundles, registry=registry, id="wake-create")
     @kopf.on.update(*bundles, registry=registry, id="wake-update")
@@ -136,7 +154,7 @@ def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
 
     @kopf.on.delete(*bundles, registry=registry, id="deletion-policy")
     async def delete(body: kopf.Body, **_: Any) -> None:
-        what = await delete_bundle(BundleInputs.from_body(copy.deepcopy(dict(body))), runtime)
+        what = await delete_bundle(BundleInputs.from_body(body), runtime)
         log.info(
             "TaskHandlerBundle %s/%s deleted: %s", body.metadata.namespace, body.metadata.name, what
         )
@@ -149,6 +167,24 @@ def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
         return {name: check["ageSeconds"] for name, check in checks.items()}
 
     return registry
+
+
+def bounded_session(info: kopf.ConnectionInfo, connections: int) -> kopf.AiohttpSession:
+    """The session kopf would make from ``info`` (its TLS context, headers, proxy), but with at
+    most ``connections`` connections open at once. Call it in the event loop."""
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=connections, ssl=info.as_ssl_context()),
+        headers=info.as_http_headers(),
+        proxy=info.proxy_url,
+        trust_env=info.trust_env,
+    )
+    return kopf.AiohttpSession(
+        aiohttp_session=session,
+        server=info.server,
+        default_namespace=info.default_namespace,
+        priority=info.priority,
+        expiration=info.expiration,
+    )
 
 
 def _finished(job: Mapping[str, Any]) -> bool:
