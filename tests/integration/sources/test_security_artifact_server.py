@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import logging
 import http.client
+import logging
 import os
 import time
 from collections.abc import AsyncIterator
