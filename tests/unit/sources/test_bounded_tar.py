@@ -136,3 +136,19 @@ def test_zip_counts_agree_with_zipfile(tmp_path: Path) -> None:
     ):
         expected = len(zipfile.ZipFile(io.BytesIO(data)).infolist())
         assert zip_entry_count(io.BytesIO(data), 100_000) == expected
+
+
+def test_old_gnu_sparse_extension_blocks_are_capped(tmp_path: Path) -> None:
+    """The type-S format keeps its map in 512-byte extension blocks after the header: read
+    with a count (the reimplemented loop), and the file comes out as tarfile would make it."""
+    limit = bounded_tar.MAX_SPARSE_ENTRIES
+    small = hostile.old_gnu_sparse_tgz(30)
+    with tarfile.open(fileobj=io.BytesIO(small), mode="r|gz") as tar:  # the reference
+        member = tar.next()
+        assert member is not None
+        expected = tar.extractfile(member).read()  # type: ignore[union-attr]
+    (tmp_path / "ok").mkdir()
+    assert extract(tmp_path / "ok", small, "tar.gz") == {"sparse.bin": expected}
+    assert expected == b"x\0" * 30
+    with pytest.raises(ArchiveRefused, match=f"more than {limit} data regions"):
+        extract(tmp_path, hostile.old_gnu_sparse_tgz(limit + 30), "tar.gz")
