@@ -287,3 +287,30 @@ def test_hostile_headers_are_refused_with_flat_memory(
     assert stderr.startswith("sync: ArchiveRefused: ") and reason in stderr, stderr
     assert "Traceback" not in stderr
     assert int(str(result["maxrss_kb"])) < SYNC_RSS_BOUND_KB, result
+
+
+async def test_a_refused_header_reaches_the_condition_as_a_permanent_refusal(
+    open_http: HttpServer, tmp_path: Path
+) -> None:
+    """Through the operator's syncer: the condition reason is ArchiveRefused and the failure
+    is not retried as transient (the revision can never sync)."""
+    from typing import Any, cast
+
+    from taskhandler_operator.controller.syncing import KubeSyncer, SourceSyncFailed
+    from taskhandler_operator.reconcile.models import BundleSpec
+    from taskhandler_operator.sources.spec import SourceSpec
+
+    data = hostile.huge_header_tgz(tarfile.XHDTYPE, mib=2)
+    url = open_http.put_file(f"{secrets.token_hex(4)}/pax.tar.gz", data)
+    syncer = KubeSyncer(
+        kube=cast(Any, None),  # no secretRef: the API is never asked
+        store=make_store(tmp_path / "store"),
+        namespace=NAMESPACE,
+        name="bundle",
+        source=SourceSpec.model_validate({"http": {"url": url, "sha256": sha(data)}}),
+        timeout=60,
+    )
+    with pytest.raises(SourceSyncFailed) as info:
+        await syncer(cast(BundleSpec, None))
+    assert info.value.reason == "ArchiveRefused" and not info.value.retryable
+    assert f"a pax header of {2 << 20} bytes" in info.value.message
