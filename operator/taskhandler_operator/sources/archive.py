@@ -17,12 +17,19 @@ import zipfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
+from taskhandler_operator.sources.bounded_tar import BoundedTarFile
 from taskhandler_operator.sources.errors import ArchiveRefused
 from taskhandler_operator.sources.tree import CHUNK, TreeWriter
 
-__all__ = ["extract_archive", "extract_tar", "extract_zip", "zip_entry_count"]
+__all__ = [
+    "central_directory_bytes",
+    "extract_archive",
+    "extract_tar",
+    "extract_zip",
+    "zip_entry_count",
+]
 
 # What the standard library's readers raise on a damaged archive (a fuzzed zip reaches
 # IndexError, struct.error, seeks to negative offsets...). The tree writer raises only
@@ -50,10 +57,13 @@ def _why(exc: BaseException) -> str:
     return (str(exc) or type(exc).__name__)[:200]
 
 
-_EOCD = b"PK\x05\x06"
-_ZIP64_LOCATOR = b"PK\x06\x07"
 _ZIP64_EOCD = b"PK\x06\x06"
-_MAX_COMMENT = 0xFFFF
+_ZIP64_RECORDS = 56 + 20  # the zip64 end record and its locator, between directory and end
+_CENTRAL_SIGNATURE = b"PK\x01\x02"
+_CENTRAL_RECORD = 46
+# zipfile's end-record fields (its _ECD_* constants)
+_ECD_SIGNATURE, _ECD_SIZE, _ECD_LOCATION = 0, 5, 9
+_zipfile: Any = zipfile
 MAX_LINK_TARGET = 4096
 
 
@@ -79,7 +89,8 @@ def extract_tar(path: Path, writer: TreeWriter, *, gzip: bool) -> None:
     mode = "r|gz" if gzip else "r|"
     label = "tar.gz" if gzip else "tar"
     try:
-        with tarfile.open(path, mode=mode) as tar:  # type: ignore[call-overload]
+        # Headers (GNU long names, pax, sparse maps) are counted before tarfile reads them.
+        with BoundedTarFile.open(path, mode=mode) as tar:  # type: ignore[call-overload]
             while True:
                 writer.check_cancelled()
                 member = tar.next()
@@ -120,48 +131,76 @@ def _tar_member(tar: tarfile.TarFile, member: tarfile.TarInfo, writer: TreeWrite
 # -- zip -----------------------------------------------------------------------------------
 
 
-def zip_entry_count(f: IO[bytes]) -> int:
-    """The entry count in a zip's end-of-central-directory record (zip64 aware).
+def central_directory_bytes(max_files: int) -> int:
+    """The cap on a zip's central directory: 1 KiB per allowed entry (real entries take
+    60-300 bytes), at least 1 MiB. zipfile reads the directory whole before any entry."""
+    return max(1 << 20, max_files * 1024)
 
-    Read directly so a hostile archive is refused before ``zipfile`` builds one object per
-    entry of its central directory.
+
+def zip_entry_count(f: IO[bytes], max_files: int) -> int:
+    """The number of entries in a zip's central directory, counted record by record.
+
+    The directory is found exactly as ``zipfile`` finds it (its own end-record reader), its
+    claimed size is checked against :func:`central_directory_bytes`, and it is walked in
+    chunks without building anything, so a directory that holds far more entries than its end
+    record claims is refused before ``zipfile`` builds one object per entry. The walk stops
+    once ``max_files`` is exceeded.
     """
-    f.seek(0, 2)
-    size = f.tell()
-    tail_size = min(size, 22 + _MAX_COMMENT)
-    f.seek(size - tail_size)
-    tail = f.read(tail_size)
-    at = tail.rfind(_EOCD)
-    if at < 0 or len(tail) - at < 22:
+    end = _zipfile._EndRecData(f)  # private, but it is how ZipFile finds the directory
+    if not end:
         raise ArchiveRefused("not a valid zip archive (no end of central directory record)")
-    (total,) = struct.unpack("<H", tail[at + 10 : at + 12])
-    if total != 0xFFFF:
-        return int(total)
-    # Zip64: a locator just before the end record points at the zip64 end record.
-    locator_at = size - tail_size + at - 20
-    if locator_at < 0:
-        raise ArchiveRefused("not a valid zip archive (zip64 locator missing)")
-    f.seek(locator_at)
-    locator = f.read(20)
-    if locator[:4] != _ZIP64_LOCATOR:
-        return int(total)
-    (record_at,) = struct.unpack("<Q", locator[8:16])
-    f.seek(record_at)
-    record = f.read(56)
-    if len(record) < 56 or record[:4] != _ZIP64_EOCD:
-        raise ArchiveRefused("not a valid zip archive (zip64 end record missing)")
-    (total64,) = struct.unpack("<Q", record[32:40])
-    return int(total64)
+    size = int(end[_ECD_SIZE])
+    cap = central_directory_bytes(max_files)
+    if size > cap:
+        raise ArchiveRefused(
+            f"the archive's central directory claims {size} bytes: more than the cap of {cap} "
+            f"(1 KiB for each of the {max_files} entries allowed)"
+        )
+    start = int(end[_ECD_LOCATION]) - size  # where zipfile looks for it
+    if end[_ECD_SIGNATURE] == _ZIP64_EOCD:
+        start -= _ZIP64_RECORDS
+    if start < 0:
+        raise ArchiveRefused("not a valid zip archive (bad offset for central directory)")
+    f.seek(start)
+    count = 0
+    done = 0  # bytes of the directory walked, as zipfile counts them
+    unread = size  # bytes of the directory not read yet
+    buffer = b""
+    at = 0  # the current record's offset in buffer
+    while done < size:  # the loop zipfile runs, keeping nothing
+        if len(buffer) - at < _CENTRAL_RECORD:
+            more = f.read(min(CHUNK, unread)) if unread > 0 else b""
+            if len(buffer) - at + len(more) < _CENTRAL_RECORD:
+                raise ArchiveRefused("not a valid zip archive (truncated central directory)")
+            unread -= len(more)
+            buffer, at = buffer[at:] + more, 0
+        record = buffer[at : at + _CENTRAL_RECORD]
+        if record[:4] != _CENTRAL_SIGNATURE:
+            raise ArchiveRefused("not a valid zip archive (bad central directory record)")
+        name, extra, comment = struct.unpack("<HHH", record[28:34])
+        length = _CENTRAL_RECORD + name + extra + comment
+        count += 1
+        if count > max_files:
+            break
+        done += length
+        if at + length <= len(buffer):
+            at += length
+        else:  # the record's variable part runs past what was read: skip it
+            skip = at + length - len(buffer)
+            f.seek(skip, 1)
+            unread -= skip
+            buffer, at = b"", 0
+    return count
 
 
 def extract_zip(path: Path, writer: TreeWriter) -> None:
     try:
         with path.open("rb") as raw:
-            count = zip_entry_count(raw)
+            count = zip_entry_count(raw, writer.limits.max_files)
             if count > writer.limits.max_files:
                 raise ArchiveRefused(
-                    f"the archive lists {count} entries: more than the cap of "
-                    f"{writer.limits.max_files} (files, folders and links)"
+                    f"the archive lists more than {writer.limits.max_files} entries, the cap "
+                    "(files, folders and links)"
                 )
             raw.seek(0)
             with zipfile.ZipFile(raw) as archive:

@@ -472,6 +472,21 @@ async def fetch_commit(
     return commit
 
 
+def _refused_by_git(part: str) -> bool:
+    """A tree entry name git itself refuses to write out (``git archive`` fails with "invalid
+    path"): a dot segment, or ``.git`` in any case or with the NTFS/HFS disguises git knows
+    (trailing dots or spaces, the 8.3 short name). Such a commit can never be synced."""
+    lowered = part.lower().rstrip(". ")
+    return part in ("", ".", "..") or lowered in (".git", "git~1")
+
+
+def _refused_tree(commit: str, url: str, detail: str) -> ArchiveRefused:
+    return ArchiveRefused(
+        f"commit {commit} of {shown_url(url)} refused: {detail}; that commit can never be "
+        "synced: point ref at a commit without it"
+    )
+
+
 @dataclass(frozen=True)
 class TreeCheck:
     entries: int
@@ -496,6 +511,8 @@ async def check_tree(
         too_much=f"the tree has more than {limits.max_files} entries (the store's cap)",
     )  # fmt: skip
     if listing.returncode != 0:
+        if "empty filename in tree entry" in listing.stderr:  # a malformed tree object
+            raise _refused_tree(commit, spec.url, f"git ls-tree: {_last_lines(listing.stderr)}")
         raise GitFetchFailed(f"git ls-tree failed: {_last_lines(listing.stderr)}")
     entries = 0
     total = 0
@@ -508,6 +525,10 @@ async def check_tree(
         path = raw_path.decode("utf-8", "surrogateescape")
         shown = f"{spec.path}/{path}" if spec.path else path
         entries += 1
+        if any(_refused_by_git(part) for part in path.split("/")):
+            raise _refused_tree(
+                commit, spec.url, f"tree entry {shown[:200]!r} is a path git refuses to write out"
+            )
         if kind_name == b"commit":
             raise UnsupportedContent(
                 f"{shown!r} in commit {commit} is a git submodule; submodules are not "
@@ -588,6 +609,10 @@ async def sync_git(
                 tree = f"{commit}:{spec.path}" if spec.path else commit
                 result = await git.run("archive", "--format=tar", "-o", str(tar), tree, cwd=mirror)
                 if result.returncode != 0:
+                    if "invalid path" in result.stderr:  # a name check_tree did not know
+                        raise _refused_tree(
+                            commit, spec.url, f"git archive: {_last_lines(result.stderr)}"
+                        )
                     raise GitFetchFailed(f"git archive failed: {_last_lines(result.stderr)}")
                 try:
                     await ctx.blocking(extract_archive, tar, "tar", build.writer)

@@ -46,6 +46,15 @@ __all__ = ["S3Object", "listing_digest", "sync_s3"]
 
 CONCURRENCY = 8
 CHUNK = 1 << 20
+#: Bytes of one answer that is not an object's content (a ListObjectsV2 page, an error
+#: document), read with this cap before it is parsed: a page of LIST_PAGE_KEYS keys of the
+#: longest S3 allows (1024 bytes, URL-encoded) stays under it, and botocore's XML parse of a
+#: hostile page this size peaks at about 50 MB.
+MAX_ANSWER_BYTES = 2 << 20
+LIST_PAGE_KEYS = 500
+#: Pages a listing may take: servers return up to the page size asked for; this allows pages
+#: averaging 50 keys before the store's entry cap is reached, and stops an endless listing.
+MIN_KEYS_PER_PAGE = 50
 _MD5_ETAG = re.compile(r"^[0-9a-f]{32}$")
 _AUTH_CODES = frozenset(
     {
@@ -118,12 +127,72 @@ def _client_error(spec: S3Source, operation: str, exc: Exception) -> SourceError
     return S3FetchFailed(f"{operation} {_where(spec)}: {type(exc).__name__}: {exc}")
 
 
+async def _read_capped(raw: Any, url: str) -> bytes:
+    """The body of an aiohttp response, refused beyond :data:`MAX_ANSWER_BYTES`."""
+    import aiohttp
+    from botocore.exceptions import ConnectionClosedError, ReadTimeoutError
+
+    def too_large(what: str) -> S3FetchFailed:
+        raw.close()  # the rest is never read: the connection is not reused
+        return S3FetchFailed(
+            f"{shown_url(url)} answered {what} where a listing page or an error document was "
+            f"expected, over the {MAX_ANSWER_BYTES}-byte cap; refused, the rest unread"
+        )
+
+    declared = raw.headers.get("Content-Length", "")
+    if declared.isascii() and declared.isdigit() and int(declared) > MAX_ANSWER_BYTES:
+        raise too_large(f"{declared} bytes (its Content-Length)")
+    parts: list[bytes] = []
+    size = 0
+    try:
+        while chunk := await raw.content.read(1 << 16):
+            size += len(chunk)
+            if size > MAX_ANSWER_BYTES:
+                raise too_large("more bytes than that")
+            parts.append(chunk)
+    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as exc:
+        # What botocore's own read raises, so its retry rules still apply.
+        raise ConnectionClosedError(error=exc, endpoint_url=url) from None
+    except TimeoutError as exc:
+        raise ReadTimeoutError(endpoint_url=url, error=exc) from None
+    return b"".join(parts)
+
+
+_bounded_session: Any = None
+
+
+def _bounded_session_class() -> Any:
+    """aiobotocore's HTTP session, except that an answer botocore would read whole (anything
+    but an object's content, and every error) is read here with a cap first. aiobotocore reads
+    such bodies whole before parsing them: a 512 MiB listing page cost 1.7 GB."""
+    global _bounded_session
+    if _bounded_session is None:
+        from aiobotocore.httpsession import AIOHTTPSession
+
+        class BoundedAnswers(AIOHTTPSession):
+            async def send(self, request: Any) -> Any:
+                streamed = request.stream_output
+                request.stream_output = True  # leave the body unread: read below, capped
+                try:
+                    response = await super().send(request)
+                finally:
+                    request.stream_output = streamed
+                if not streamed or response.status_code >= 300:
+                    # botocore's AWSResponse keeps the body it read in _content
+                    response._content = await _read_capped(response.raw, request.url)
+                return response
+
+        _bounded_session = BoundedAnswers
+    return _bounded_session
+
+
 def _client_kwargs(spec: S3Source, credentials: Mapping[str, bytes] | None) -> dict[str, Any]:
-    from botocore.config import Config
+    from aiobotocore.config import AioConfig
 
     kwargs: dict[str, Any] = {
         "region_name": spec.region,
-        "config": Config(
+        "config": AioConfig(
+            http_session_cls=_bounded_session_class(),
             signature_version="s3v4",
             s3={"addressing_style": "path" if spec.path_style else "virtual"},
             retries={"max_attempts": 3, "mode": "standard"},
@@ -153,26 +222,77 @@ def _client_kwargs(spec: S3Source, credentials: Mapping[str, bytes] | None) -> d
 
 
 async def _list(client: Any, spec: S3Source, max_files: int) -> list[S3Object]:
+    from botocore.parsers import ResponseParserError
+
     prefix = spec.key_prefix
     found: list[S3Object] = []
+    listed = 0
+    pages = 0
+    max_pages = max_files // MIN_KEYS_PER_PAGE + 10
     paginator = client.get_paginator("list_objects_v2")
-    async for page in paginator.paginate(Bucket=spec.bucket, Prefix=prefix):
-        for item in page.get("Contents", []):
-            key = str(item["Key"])
-            if key.endswith("/"):
-                continue  # a folder marker, not a file
-            try:
-                rel = safe_rel_path(key[len(prefix) :])
-            except UnsafePath as exc:
-                raise ArchiveRefused(
-                    f"object key {key!r} in {_where(spec)} cannot be a file name: {exc}"
-                ) from None
-            found.append(S3Object(rel, key, int(item["Size"]), str(item.get("ETag", ""))))
-            if len(found) > max_files:
-                raise ArchiveRefused(
-                    f"{_where(spec)} holds more than {max_files} objects (the store's cap)"
+    try:
+        async for page in paginator.paginate(
+            Bucket=spec.bucket, Prefix=prefix, PaginationConfig={"PageSize": LIST_PAGE_KEYS}
+        ):
+            pages += 1
+            if pages > max_pages:
+                raise S3FetchFailed(
+                    f"the listing of {_where(spec)} did not end within {max_pages} pages "
+                    f"(pages of {LIST_PAGE_KEYS} keys were asked for); refused"
                 )
+            contents = page.get("Contents", [])
+            if not isinstance(contents, list):
+                raise _bad_listing(spec, "Contents is not a list")
+            listed += len(contents)
+            if listed > 2 * max_files:  # folder markers included
+                raise ArchiveRefused(
+                    f"{_where(spec)} lists more than {2 * max_files} keys (twice the store's cap)"
+                )
+            for item in contents:
+                obj = _listed_object(spec, prefix, item)
+                if obj is None:
+                    continue  # a folder marker, not a file
+                found.append(obj)
+                if len(found) > max_files:
+                    raise ArchiveRefused(
+                        f"{_where(spec)} holds more than {max_files} objects (the store's cap)"
+                    )
+    except (ValueError, TypeError, KeyError, AttributeError, ResponseParserError) as exc:
+        # botocore's parser on a page it cannot read ("<Size>abc</Size>", broken XML).
+        raise _bad_listing(spec, f"{type(exc).__name__}: {str(exc)[:200]}") from None
     return found
+
+
+def _bad_listing(spec: S3Source, why: str) -> S3FetchFailed:
+    return S3FetchFailed(
+        f"{_where(spec)} answered a listing that is not a valid ListObjectsV2 page ({why}); "
+        "check the endpoint"
+    )
+
+
+def _listed_object(spec: S3Source, prefix: str, item: object) -> S3Object | None:
+    """One ``Contents`` entry checked whole: a key under the prefix that can be a file name,
+    a size that is a non-negative integer, an ETag that is text. None for a folder marker."""
+    if not isinstance(item, dict):
+        raise _bad_listing(spec, "an entry is not a Contents element")
+    key, size, etag = item.get("Key"), item.get("Size"), item.get("ETag", "")
+    if not isinstance(key, str) or not key:
+        raise _bad_listing(spec, "an entry has no Key")
+    if not key.startswith(prefix):
+        raise _bad_listing(spec, f"key {key[:200]!r} is not under the prefix asked for")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise _bad_listing(spec, f"key {key[:200]!r} has the size {str(size)[:40]!r}")
+    if not isinstance(etag, str):
+        raise _bad_listing(spec, f"key {key[:200]!r} has no valid ETag")
+    if key.endswith("/"):
+        return None
+    try:
+        rel = safe_rel_path(key[len(prefix) :])
+    except UnsafePath as exc:
+        raise ArchiveRefused(
+            f"object key {key[:200]!r} in {_where(spec)} cannot be a file name: {exc}"
+        ) from None
+    return S3Object(rel, key, size, etag)
 
 
 _session: Any = None

@@ -41,6 +41,30 @@ __all__ = ["DIGEST_HEADER", "EXECUTABLE_HEADER", "ArtifactServer"]
 
 log = logging.getLogger(__name__)
 
+
+class _ClientErrorsWithoutTraceback(logging.Filter):
+    """aiohttp logs a request it cannot parse (a raw non-ASCII byte in the query, a bad
+    request line) with ``logger.exception``: a traceback at ERROR for the client's mistake.
+    Those become one INFO line; a server-side error keeps its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from aiohttp.http_exceptions import HttpProcessingError
+
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, HttpProcessingError) and 400 <= error.code < 500:
+            record.msg = "malformed HTTP request refused (%s): %s"
+            record.args = (error.code, str(error.message)[:200])
+            record.exc_info = None
+            record.exc_text = None
+            record.levelno = logging.INFO
+            record.levelname = logging.getLevelName(logging.INFO)
+        return True
+
+
+# aiohttp's per-request logger for this server only (its default, aiohttp.server, is shared).
+http_log = logging.getLogger(f"{__name__}.http")
+http_log.addFilter(_ClientErrorsWithoutTraceback())
+
 DIGEST_HEADER = "X-Artifact-Sha256"
 EXECUTABLE_HEADER = "X-Artifact-Executable"
 HASH_CHUNK = 1 << 20
@@ -108,7 +132,7 @@ class ArtifactServer:
 
     async def start(self) -> None:
         runner = web.AppRunner(
-            self.app, access_log=None, handle_signals=False, shutdown_timeout=5.0
+            self.app, access_log=None, handle_signals=False, shutdown_timeout=5.0, logger=http_log
         )
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port)
@@ -222,9 +246,14 @@ class ArtifactServer:
         # normaliser removed on the way, no encoded slashes.
         if "/../" in f"{raw_path}/" or "/./" in f"{raw_path}/" or "%2f" in raw_path.lower():
             return self._refuse(Verdict.ESCAPING, raw_path)
-        verdict = signing.verify(
-            self._key, where, request.query.get("expires"), request.query.get("signature")
-        )
+        try:
+            verdict = signing.verify(
+                self._key, where, request.query.get("expires"), request.query.get("signature")
+            )
+        except (ValueError, TypeError, UnicodeError):
+            # A query no signature can match (undecodable, ...): refused like a forged one,
+            # never an HTTP 500 with a traceback in the operator's log.
+            verdict = Verdict.TAMPERED
         if verdict is not Verdict.SERVED:
             return self._refuse(verdict, raw_path)
         path = await asyncio.to_thread(self._resolve, where)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import math
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -35,6 +36,10 @@ __all__ = [
 
 MIN_KEY_BYTES = 32
 PATH_PREFIX = "/v1/artifacts/"
+# What sign() produces, checked before any arithmetic or comparison: str.isdigit() accepts
+# '²' and other digits int() refuses, and hmac.compare_digest raises on non-ASCII text.
+_EXPIRES = re.compile(r"[0-9]{1,12}")
+_SIGNATURE = re.compile(r"[0-9a-fA-F]{64}")
 
 
 class Verdict(StrEnum):
@@ -106,10 +111,10 @@ def verify(
     """SERVED when the signature matches and has not expired, else why not."""
     if not expires or not signature:
         return Verdict.UNSIGNED
-    if not expires.isdigit() or len(expires) > 12:
+    if not _EXPIRES.fullmatch(expires) or not _SIGNATURE.fullmatch(signature):
         return Verdict.TAMPERED
     expected = sign(key, where, int(expires))
-    if not hmac.compare_digest(expected, signature.lower()):
+    if not hmac.compare_digest(expected.encode("ascii"), signature.lower().encode("ascii")):
         return Verdict.TAMPERED
     if int(expires) < (time.time() if now is None else now):
         return Verdict.EXPIRED

@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from taskhandler_operator.sources.errors import (
+    ArchiveRefused,
     AuthenticationFailed,
     InvalidSource,
     NotFound,
@@ -196,6 +197,69 @@ async def test_lfs_pointers_and_submodules_are_refused(
     run_git("push", "-q", str(git_repo.bare), "main:refs/heads/main", cwd=git_repo.work)
     with pytest.raises(UnsupportedContent, match=r"'vendored'.*submodule"):
         await sync_source(store, git(url), BASIC, bundle="with-submodule")
+
+
+def hostile_commit(
+    repo: GitRepo, name: bytes, mode: bytes = b"100644", branch: str = "main"
+) -> str:
+    """A commit whose root tree holds ``name`` beside a good file, written with git's plumbing
+    (``hash-object --literally`` skips the checks ``mktree`` and ``commit`` would make), and
+    pushed as ``branch``: what a hostile server can hand out."""
+    import subprocess
+
+    def plumb(*args: str, data: bytes) -> str:
+        proc = subprocess.run(
+            ["git", *args], cwd=repo.work, input=data, capture_output=True, check=True
+        )
+        return proc.stdout.decode().strip()
+
+    blob = bytes.fromhex(plumb("hash-object", "-w", "--stdin", data=b"pwned\n"))
+    good = bytes.fromhex(plumb("hash-object", "-w", "--stdin", data=b"fine\n"))
+    tree = mode + b" " + name + b"\0" + blob + b"100644 ok.txt\0" + good
+    tree_id = plumb("hash-object", "-t", "tree", "-w", "--literally", "--stdin", data=tree)
+    commit = run_git("commit-tree", tree_id, "-m", "hostile", cwd=repo.work)
+    run_git("push", "-q", "--force", str(repo.bare), f"{commit}:refs/heads/{branch}", cwd=repo.work)
+    return commit
+
+
+@pytest.mark.parametrize(
+    ("name", "mode"),
+    [
+        (b"..", b"100644"),
+        (b".git", b"100644"),
+        (b".GIT", b"100644"),
+        (b".git.", b"100644"),
+        (b"git~1", b"100644"),
+        # Names only git's own check knows: caught from git archive's "invalid path".
+        (b".git::$INDEX_ALLOCATION", b"100644"),
+        (b".gitmodules", b"120000"),
+    ],
+    ids=[
+        "dotdot",
+        "dotgit",
+        "DOTGIT",
+        "dotgit-dot",
+        "ntfs-short",
+        "ntfs-stream",
+        "gitmodules-link",
+    ],
+)
+async def test_tree_entries_git_refuses_are_a_refused_revision(
+    git_repo: GitRepo, source_http: HttpServer, store: RevisionStore, name: bytes, mode: bytes
+) -> None:
+    """Such a commit can never sync: a permanent ArchiveRefused naming the commit, not the
+    retryable GitFetchFailed; the previous revision stays current and nothing is written."""
+    url = git_repo.http_url(source_http)
+    git_repo.commit(FILES)
+    previous = await sync_source(store, git(url), BASIC)
+    commit = hostile_commit(git_repo, name, mode)
+    with pytest.raises(ArchiveRefused) as info:
+        await sync_source(store, git(url), BASIC)
+    error = info.value
+    assert error.reason == "ArchiveRefused" and error.permanent
+    assert f"commit {commit}" in error.message and "can never be synced" in error.message
+    assert name.decode() in error.message
+    assert await store.revisions(NAMESPACE, "bundle") == [previous]
 
 
 async def test_authentication_failures(

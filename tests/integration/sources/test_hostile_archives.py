@@ -84,7 +84,7 @@ CASES: list[Case] = [
         "200k-entries-zip",
         lambda _: hostile.many_entries_zip(),
         "zip",
-        "lists 200000 entries: more than the cap of 20000",
+        "lists more than 20000 entries",
     ),
     (
         "200k-entries-tar",
@@ -212,3 +212,105 @@ def test_extraction_memory_stays_bounded(
     assert result["written"] <= cap_bytes
     assert result["entries"] <= limits.max_files + 1
     assert result["maxrss_kb"] < RSS_BOUND_KB, result
+
+
+# The peak RSS of a child process as its parent sees it. The wrapper is a small interpreter
+# started for this: Linux carries a process's high-water mark across fork and exec into
+# ru_maxrss, so measuring from pytest (hundreds of MB) would report pytest's own peak.
+RUSAGE_WRAPPER = """
+import json, resource, subprocess, sys
+proc = subprocess.run(sys.argv[1:], capture_output=True, text=True, timeout=600)
+print(json.dumps({
+    "returncode": proc.returncode,
+    "stdout": proc.stdout[-2000:],
+    "stderr": proc.stderr[-4000:],
+    "maxrss_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+}))
+"""
+SYNC_RSS_BOUND_KB = 200 * 1024
+CLAIMED_MIB = 768
+
+
+def sync_peak_rss(tmp_path: Path, source: dict[str, object], *extra: str) -> dict[str, object]:
+    """Run ``taskhandler-operator sync`` on ``source`` in a child; its outcome and peak RSS."""
+    import yaml
+
+    spec = tmp_path / "source.yaml"
+    spec.write_text(yaml.safe_dump(source))
+    cli = Path(sys.executable).with_name("taskhandler-operator")
+    command = [str(cli), "sync", str(spec), "--store", str(tmp_path / "store"), *extra]
+    proc = subprocess.run(
+        [sys.executable, "-c", RUSAGE_WRAPPER, *command],
+        capture_output=True,
+        text=True,
+        timeout=660,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result: dict[str, object] = json.loads(proc.stdout)
+    print(f"\npeak RSS {int(str(result['maxrss_kb'])) // 1024} MiB: {result['stderr']}")
+    return result
+
+
+HEADERS = [
+    ("gnu-long-name", lambda: hostile.huge_header_tgz(tarfile.GNUTYPE_LONGNAME, CLAIMED_MIB),
+     "tar.gz", f"a GNU long-name header of {CLAIMED_MIB << 20} bytes"),
+    ("gnu-long-link", lambda: hostile.huge_header_tgz(tarfile.GNUTYPE_LONGLINK, CLAIMED_MIB),
+     "tar.gz", f"a GNU long-link header of {CLAIMED_MIB << 20} bytes"),
+    ("pax", lambda: hostile.huge_header_tgz(tarfile.XHDTYPE, CLAIMED_MIB),
+     "tar.gz", f"a pax header of {CLAIMED_MIB << 20} bytes"),
+    ("pax-global", lambda: hostile.huge_header_tgz(tarfile.XGLTYPE, CLAIMED_MIB),
+     "tar.gz", f"a pax global header of {CLAIMED_MIB << 20} bytes"),
+    ("lying-zip", lambda: hostile.lying_zip(1_000_000),
+     "zip", "lists more than 50000 entries"),
+]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "build", "kind", "reason"), HEADERS, ids=[h[0] for h in HEADERS])
+def test_hostile_headers_are_refused_with_flat_memory(
+    open_http: HttpServer,
+    tmp_path: Path,
+    name: str,
+    build: Callable[[], bytes],
+    kind: str,
+    reason: str,
+) -> None:
+    """A header claiming 768 MiB (in a 0.8 MB .tar.gz), or a zip whose central directory holds
+    1,000,000 entries where its end record claims 1: the ``sync`` command refuses it as
+    ArchiveRefused, and its peak RSS stays far below what the archive claims (before the caps
+    tarfile read such a header whole: 1.6 GB for the long name; the zip cost 546 MB)."""
+    data = build()
+    url = open_http.put_file(f"{secrets.token_hex(4)}/{name}.{kind}", data)
+    result = sync_peak_rss(tmp_path, {"http": {"url": url, "sha256": sha(data)}})
+    stderr = str(result["stderr"])
+    assert result["returncode"] == 1, result
+    assert stderr.startswith("sync: ArchiveRefused: ") and reason in stderr, stderr
+    assert "Traceback" not in stderr
+    assert int(str(result["maxrss_kb"])) < SYNC_RSS_BOUND_KB, result
+
+
+async def test_a_refused_header_reaches_the_condition_as_a_permanent_refusal(
+    open_http: HttpServer, tmp_path: Path
+) -> None:
+    """Through the operator's syncer: the condition reason is ArchiveRefused and the failure
+    is not retried as transient (the revision can never sync)."""
+    from typing import Any, cast
+
+    from taskhandler_operator.controller.syncing import KubeSyncer, SourceSyncFailed
+    from taskhandler_operator.reconcile.models import BundleSpec
+    from taskhandler_operator.sources.spec import SourceSpec
+
+    data = hostile.huge_header_tgz(tarfile.XHDTYPE, mib=2)
+    url = open_http.put_file(f"{secrets.token_hex(4)}/pax.tar.gz", data)
+    syncer = KubeSyncer(
+        kube=cast(Any, None),  # no secretRef: the API is never asked
+        store=make_store(tmp_path / "store"),
+        namespace=NAMESPACE,
+        name="bundle",
+        source=SourceSpec.model_validate({"http": {"url": url, "sha256": sha(data)}}),
+        timeout=60,
+    )
+    with pytest.raises(SourceSyncFailed) as info:
+        await syncer(cast(BundleSpec, None))
+    assert info.value.reason == "ArchiveRefused" and not info.value.retryable
+    assert f"a pax header of {2 << 20} bytes" in info.value.message
