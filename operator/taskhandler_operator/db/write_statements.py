@@ -307,11 +307,17 @@ def held_elsewhere_statement() -> Executable:
 
 
 def sweep_artifacts_statement() -> Executable:
+    """Delete this bundle's unlisted, unreferenced artifacts and their probe rows.
+
+    ``thop_artifact_probe`` has no foreign key into Airflow's table (it must never block
+    Airflow's own DDL), so its rows go with their artifact here, in the same statement.
+    """
     a = artifact_table
     b = binding_table
+    p = probe_table
     listed = bindparam("listed_hashes", type_=ARRAY(Text()))
     referenced = exists().where(b.c.artifact_id == a.c.id)
-    return (
+    swept = (
         delete(a)
         .where(
             a.c.bundle_name == bindparam("bundle_name", type_=Text()),
@@ -319,7 +325,13 @@ def sweep_artifacts_statement() -> Executable:
             ~referenced,
         )
         .returning(a.c.id)
+        .cte("swept")
     )
+    probes = (
+        delete(p).where(p.c.artifact_id.in_(select(swept.c.id))).returning(p.c.artifact_id)
+    ).cte("swept_probes")
+    # PostgreSQL runs a data-modifying CTE whether or not the main query reads it.
+    return select(swept.c.id).add_cte(probes)
 
 
 _PROBLEM_COLUMNS: list[tuple[str, TypeEngine[Any]]] = [
