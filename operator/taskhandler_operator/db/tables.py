@@ -251,6 +251,9 @@ class ArtifactProbeRow(Base):
     # The runtime's answer when the stored form loses meaning (declared_task_handlers); read
     # back only while the artifact row is still the one this probe wrote.
     declared_task_handlers: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # The ``dag_ids`` the probe request named (a JSON array; null: none were sent). An answer
+    # from a runtime that answers only the Dags it is asked about speaks for these alone.
+    requested_dag_ids: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
 
 
 class TableOriginRow(Base):

@@ -112,7 +112,7 @@ async def test_airflow_drops_and_alters_its_tables_and_db_upgrade_recovers(
         assert f"created {ARTIFACT_TABLE}, {BINDING_TABLE} again" in out
         assert check(url).ok
         with sa.create_engine(url).connect() as conn:
-            origins = dict(
+            origins: dict[str, str] = dict(
                 conn.execute(sa.text("SELECT table_name, created_by FROM thop_table_origin")).all()
             )
         assert origins == {ARTIFACT_TABLE: ORIGIN_OPERATOR, BINDING_TABLE: ORIGIN_OPERATOR}
