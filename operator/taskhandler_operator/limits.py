@@ -63,6 +63,9 @@ MAX_SUMMARY_WARNINGS: Final = 2
 MAX_SUMMARY_WARNING_BYTES: Final = 500
 #: Dags a parse request names in ``dag_ids`` (``probe --dag-id``).
 MAX_REQUEST_DAG_IDS: Final = 10_000
+#: Bytes of those ids the operator puts in one probe Job: they travel as container arguments,
+#: which share the pod object's size limit (etcd's 1.5 MiB) and the kernel's argument space.
+MAX_REQUEST_DAG_ID_BYTES: Final = 256 * 1024
 #: Characters of one runtime log event quoted in the probe's own log.
 MAX_RELAYED_EVENT_CHARS: Final = 512
 

@@ -141,6 +141,9 @@ class ArtifactRecord(BaseModel):
     artifact: TaskHandlerArtifact
     probed_at: datetime | None = None
     revision: str | None = None
+    # The ``dag_ids`` this pass's probe asked about (None: none sent); stored beside the answer
+    # so a later pass knows which Dags a filtering runtime's answer speaks for.
+    requested_dag_ids: tuple[str, ...] | None = None
 
     @model_validator(mode="after")
     def _storable(self) -> ArtifactRecord:
@@ -164,7 +167,9 @@ class ArtifactRecord(BaseModel):
 # --- problems ------------------------------------------------------------------------------------
 
 Severity = Literal["error", "warning"]
-ProblemKind = Literal["unreadable", "unbound", "ambiguous", "arguments", "conflict", "empty_answer"]
+ProblemKind = Literal[
+    "unreadable", "unbound", "ambiguous", "arguments", "conflict", "empty_answer", "dag_ids"
+]
 
 
 class BundleProblem(BaseModel):

@@ -24,7 +24,10 @@ binding tables, plus ``thop_bundle_problem`` to say why a stub has no binding.
 
 Example (sync, inside Airflow's scheduler session)::
 
-    routed = routed_queues_from_config(conf.get("sdk", "queue_to_coordinator", fallback=None))
+    routed = routed_queues_from_config(
+        conf.get("sdk", "queue_to_coordinator", fallback=None),
+        conf.get("sdk", "coordinators", fallback=None),
+    )
     tasks = [(ti.dag_id, ti.task_id, ti.queue) for ti in stubs]
     refs = resolve_task_handlers_sync(session, tasks, routed_queues=routed)
     result = attach_task_handlers(
@@ -36,6 +39,7 @@ Example (sync, inside Airflow's scheduler session)::
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -59,12 +63,15 @@ from taskhandler_operator.db.tables import (
 )
 from taskhandler_operator.records import BundleInfo, TaskHandlerArtifactRef
 
+_log = logging.getLogger(__name__)
+
 # The scheduler's API; the reference types are re-exported so a caller needs this module only.
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
     "WORKLOAD_FIELD",
     "AttachResult",
     "BundleInfo",
+    "CoordinatorConfigError",
     "TaskHandlerArtifactRef",
     "TaskKey",
     "attach_task_handlers",
@@ -72,9 +79,11 @@ __all__ = [
     "explain_unbound_sync",
     "kept_dag_reason",
     "no_record_reason",
+    "parse_queue_to_coordinator",
     "resolve_statement",
     "resolve_task_handlers",
     "resolve_task_handlers_sync",
+    "routed_queues_from_config",
     "workload_key",
 ]
 
@@ -94,27 +103,70 @@ DEFAULT_QUEUE = "default"
 # --- routing -----------------------------------------------------------------------------------
 
 
-def routed_queues_from_config(value: str | None) -> frozenset[str]:
+class CoordinatorConfigError(ValueError):
+    """``[sdk] queue_to_coordinator`` (or ``[sdk] coordinators``) is not a valid configuration."""
+
+
+def parse_queue_to_coordinator(
+    value: str | None, coordinators: str | None = None
+) -> frozenset[str]:
+    """The queues ``[sdk] queue_to_coordinator`` routes, or :class:`CoordinatorConfigError`.
+
+    The rules are Airflow's (``CoordinatorManager``): unset, empty or JSON ``null`` routes
+    nothing; otherwise a JSON object whose values are non-empty strings. With ``coordinators``
+    (the ``[sdk] coordinators`` JSON text) every value must also name a configured coordinator,
+    and ``coordinators`` itself must be a JSON object (or unset/``null``).
+    """
+    routes = _json_option("queue_to_coordinator", value)
+    if routes is None:
+        return frozenset()
+    if not isinstance(routes, dict):
+        raise CoordinatorConfigError("[sdk] queue_to_coordinator must be a JSON object")
+    for queue, name in routes.items():
+        if not isinstance(name, str) or not name:
+            raise CoordinatorConfigError(
+                f"[sdk] queue_to_coordinator: the coordinator of queue {queue!r} must be a "
+                "non-empty string"
+            )
+    if coordinators is not None:
+        known = _json_option("coordinators", coordinators)
+        if known is not None and not isinstance(known, dict):
+            raise CoordinatorConfigError("[sdk] coordinators must be a JSON object")
+        for queue, name in routes.items():
+            if name not in (known or {}):
+                raise CoordinatorConfigError(
+                    f"[sdk] queue_to_coordinator: queue {queue!r} references unknown "
+                    f"coordinator {name!r}"
+                )
+    return frozenset(routes)
+
+
+def routed_queues_from_config(value: str | None, coordinators: str | None = None) -> frozenset[str]:
     """The queues ``[sdk] queue_to_coordinator`` routes to a coordinator (its keys).
 
-    ``value`` is the option's JSON text (``conf.get("sdk", "queue_to_coordinator")``); unset or
-    empty routes nothing, as in Airflow. Anything else than a JSON object of strings is a
-    ``ValueError`` with a one-line message.
+    ``value`` is the option's JSON text (``conf.get("sdk", "queue_to_coordinator")``), and
+    ``coordinators`` optionally ``[sdk] coordinators``'. As Airflow's scheduler does, an invalid
+    configuration never raises into the scheduling loop: it is logged as a warning (with the
+    reason) on every call and routes nothing, so no stub task gets a reference.
+    :func:`parse_queue_to_coordinator` is the strict form.
     """
-    if value is None or not value.strip():
-        return frozenset()
     try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"[sdk] queue_to_coordinator is not JSON: {exc}") from None
-    if not isinstance(parsed, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in parsed.items()
-    ):
-        raise ValueError(
-            "[sdk] queue_to_coordinator must be a JSON object mapping queue names to "
-            "coordinator keys"
+        return parse_queue_to_coordinator(value, coordinators)
+    except CoordinatorConfigError:
+        _log.warning(
+            "invalid [sdk] coordinator configuration: no stub task is resolved", exc_info=True
         )
-    return frozenset(parsed)
+        return frozenset()
+
+
+def _json_option(option: str, value: str | None) -> Any:
+    """The option's JSON value; None when unset, blank or ``null``."""
+    if value is None or not value.strip():
+        return None
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise CoordinatorConfigError(f"[sdk] {option} is not JSON: {exc}") from None
 
 
 def task_queue(task: TaskLookup, default_queue: str = DEFAULT_QUEUE) -> str:

@@ -384,6 +384,23 @@ def test_runtime_that_filters_by_dag_ids(
     assert list(accept_result(one.log, one.summary).task_handlers) == ["etl"]
 
 
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_strict_filtering_runtime_gives_no_result_without_dag_ids(
+    language: str, runtime_factory: RuntimeFactory, seed_spec: dict[str, Any], probe: Any
+) -> None:
+    # As one released TypeScript SDK runtime does: asked about no Dag, it exits with no answer,
+    # so a bundle of such artifacts binds only when probes name the Dags (the operator does).
+    artifact = runtime_factory(language, "filter-dag-ids-strict")
+    unnamed = probe(artifact, language)
+    assert unnamed.code != 0, unnamed.summary
+    assert unnamed.summary.status == "error"
+    assert unnamed.summary.error_kind == "exited_without_result", unnamed.summary
+
+    named = probe(artifact, language, "--dag-id", "etl")
+    assert named.code == 0, named.summary
+    assert list(accept_result(named.log, named.summary).task_handlers) == ["etl"]
+
+
 def test_current_runtimes_ignore_dag_ids(
     runtime_factory: RuntimeFactory, seed_spec: dict[str, Any], probe: Any
 ) -> None:

@@ -93,6 +93,22 @@ class Trailer:
         return self.metadata_start(size) - self.source_len
 
 
+def trailer_problem(trailer: Trailer, size: int) -> str | None:
+    """Why a version-1 trailer cannot describe this file, or None (reference §2.3 steps 4-5)."""
+    if any(trailer.reserved):
+        return "trailer reserved bytes 44..55 are not zero"
+    source_start = trailer.source_start(size)
+    if source_start < 0:
+        return (
+            f"trailer regions (source {trailer.source_len} bytes + metadata "
+            f"{trailer.metadata_len} bytes) are larger than the file ({size} bytes): the file "
+            "was cut short or is not a whole bundle; upload it again"
+        )
+    if source_start == 0:
+        return "binary region is empty"
+    return None
+
+
 def read_trailer(f: OpenFile) -> Trailer | None:
     if f.size < FOOTER_SIZE:
         return None
@@ -189,6 +205,12 @@ def read_candidate(f: OpenFile, rel_path: str) -> Candidate | None:
         return Candidate(
             rel_path, f.size, None, unsupported_version_message(rel_path, trailer.footer_ver)
         )
+    # As Airflow's listing does: a trailer that cannot be read is listed, without a digest and
+    # with why, rather than dropped without a word (a file cut short keeps its trailer's
+    # lengths but not the bytes they count).
+    broken = trailer_problem(trailer, f.size)
+    if broken is not None:
+        return Candidate(rel_path, f.size, None, f"{rel_path}: {broken}")
     digest = _listing_digest(f, trailer)
     error = None if is_executable(f.mode) else not_executable_message(rel_path)
     return Candidate(rel_path, f.size, digest, error)
@@ -224,18 +246,12 @@ def verify_open(f: OpenFile, name: str) -> VerifiedArtifact:
         raise fail("not a Go executable bundle (no AFBNDL01 trailer in the last 64 bytes)")
     if trailer.footer_ver != FOOTER_VERSION:
         raise ArtifactVerificationError(unsupported_version_message(name, trailer.footer_ver))
-    if any(trailer.reserved):
-        raise fail("trailer reserved bytes 44..55 are not zero")
     size = f.size
+    broken = trailer_problem(trailer, size)
+    if broken is not None:
+        raise fail(broken)
     source_start = trailer.source_start(size)
     metadata_start = trailer.metadata_start(size)
-    if source_start < 0:
-        raise fail(
-            f"trailer regions (source {trailer.source_len} bytes + metadata "
-            f"{trailer.metadata_len} bytes) are larger than the file ({size} bytes)"
-        )
-    if source_start == 0:
-        raise fail("binary region is empty")
     if not is_executable(f.mode):
         raise ArtifactVerificationError(not_executable_message(name))
     if trailer.metadata_len > GO_MAX_METADATA_BYTES:

@@ -10,6 +10,10 @@ decided on its own, in listing order:
 
 Modification times are never consulted: a re-synced bundle has new mtimes and the
 same content, and a stored digest is what says "unchanged".
+
+A cached answer must also still speak for the Dags the bundle serves: an answer from a runtime
+that filters by the request's ``dag_ids`` covers only the Dags it was asked about
+(:func:`answer_covers`, :func:`recheck_coverage`; docs/protocol.md, "dag_ids").
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from taskhandler_operator.artifacts.models import Candidate
+from taskhandler_operator.limits import MAX_REQUEST_DAG_ID_BYTES, MAX_REQUEST_DAG_IDS
 
 
 class KnownArtifactLike(Protocol):
@@ -105,3 +110,57 @@ def answer_covers(
     if not frozenset(answered) <= requested_set:
         return True
     return frozenset(wanted) <= requested_set
+
+
+def recheck_coverage(
+    plan: ProbePlan[K],
+    requested: Mapping[str, Collection[str] | None],
+    wanted: Collection[str],
+    answered: Mapping[str, Collection[str]],
+) -> ProbePlan[K]:
+    """``plan`` with every cached answer that no longer covers ``wanted`` moved to the probes.
+
+    ``requested`` is the ``dag_ids`` each stored answer was asked with, by relative path (a path
+    missing from it was asked nothing: Airflow's own rows, or answers from before the operator
+    sent ``dag_ids``); ``answered`` the Dags each cached answer declares. The candidates keep
+    their listing order.
+    """
+    stale = {
+        candidate.rel_path
+        for candidate, _record in plan.cached
+        if not answer_covers(
+            requested.get(candidate.rel_path), answered.get(candidate.rel_path, ()), wanted
+        )
+    }
+    if not stale:
+        return plan
+    return ProbePlan(
+        cached=[(c, r) for c, r in plan.cached if c.rel_path not in stale],
+        probe=sorted(
+            [*plan.probe, *(c for c, _r in plan.cached if c.rel_path in stale)],
+            key=lambda c: c.rel_path,
+        ),
+        rejected=plan.rejected,
+    )
+
+
+def request_dag_ids(wanted: Collection[str]) -> tuple[tuple[str, ...] | None, str | None]:
+    """The ``dag_ids`` a probe request carries for a bundle whose stubs are in ``wanted``.
+
+    Sorted and de-duplicated; ``(None, reason)`` when they do not fit one request (more than
+    :data:`MAX_REQUEST_DAG_IDS` ids, or more than :data:`MAX_REQUEST_DAG_ID_BYTES` in all: they
+    travel as the probe container's arguments). Then nothing is sent, which every runtime of
+    the current protocol answers in full, and the reason says that a runtime that answers only
+    the Dags it is asked about will answer none: reported, never cut silently.
+    """
+    ids = tuple(sorted(set(wanted)))
+    size = sum(len(d.encode()) for d in ids)
+    if len(ids) <= MAX_REQUEST_DAG_IDS and size <= MAX_REQUEST_DAG_ID_BYTES:
+        return ids, None
+    return None, (
+        f"the bundle's queues have stub tasks in {len(ids)} Dags ({size} bytes of Dag ids), more "
+        f"than one probe request carries ({MAX_REQUEST_DAG_IDS} ids, {MAX_REQUEST_DAG_ID_BYTES} "
+        "bytes): probes send no dag_ids. Runtimes of the current protocol answer in full; an "
+        "older runtime that answers only the Dags it is asked about answers none. Split the "
+        "queues over more TaskHandlerBundles"
+    )

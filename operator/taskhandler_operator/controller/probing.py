@@ -176,6 +176,7 @@ class JobProber:
                 operator_image=self.operator_image,
                 runtime_images=self.runtime_images,
                 settings=self.pod_settings,
+                dag_ids=request.dag_ids,
             )
             manifest = build_probe_job(job_request)
         except ValueError as exc:

@@ -142,6 +142,9 @@ class BundleStore:
     async def known_artifacts(self, bundle_name: str) -> Any:
         return await self._store.known_artifacts(bundle_name)
 
+    async def requested_dag_ids(self, bundle_name: str) -> Mapping[str, tuple[str, ...]]:
+        return await self._store.requested_dag_ids(bundle_name)
+
     async def stub_inventory(self) -> Mapping[str, DagStubs]:
         return await self._poller.refresh(self._bundle)
 

@@ -111,6 +111,11 @@ def _upgrade(args: argparse.Namespace) -> int:
         print(f"{report.database}: {restore_summary(report.restored)}")
     if report.adopted:
         print(f"{report.database}: adopted existing {', '.join(report.adopted)}")
+    if report.recreated:
+        print(
+            f"{report.database}: created {', '.join(report.recreated)} again (dropped since, "
+            "as by an Airflow downgrade); every bundle publishes its bindings on its next pass"
+        )
     if report.changed:
         print(f"{report.database}: upgraded from {report.before or '(empty)'} to {report.after}")
     else:

@@ -37,6 +37,8 @@ APPLICATION_NAME = "taskhandler-operator"
 
 # SQLSTATEs for "PostgreSQL rolled the transaction back to let another one proceed".
 _CONFLICT_SQLSTATES = frozenset({"40001", "40P01"})
+# undefined_table, undefined_column: a table or column is gone (an Airflow downgrade).
+_SCHEMA_SQLSTATES = frozenset({"42P01", "42703"})
 # insufficient_privilege: a missing grant, or an ALTER by a role that does not own the table.
 _PRIVILEGE_SQLSTATE = "42501"
 # SQLSTATEs that say the configuration is wrong: retrying with the same URL cannot help.
@@ -127,6 +129,11 @@ class InvalidDatabaseUrl(DatabaseError, ValueError):
 
 class DatabaseRefused(DatabaseError):
     """The server refused for a reason retrying cannot fix (no such database, bad login)."""
+
+
+class SchemaMissing(DatabaseRefused):
+    """A table or column the operator needs is not there (dropped by an Airflow downgrade, or
+    changed by another migration): ``db upgrade`` puts it back. Not retryable until then."""
 
 
 class PermissionDenied(DatabaseRefused):
@@ -270,6 +277,13 @@ def classify(exc: BaseException) -> DatabaseError | None:
         detail = _first_line(exc.orig) if exc.orig is not None else _first_line(exc)
         if sqlstate in _CONFLICT_SQLSTATES:
             return TransactionConflict(f"transaction aborted by PostgreSQL ({sqlstate}): {detail}")
+        if sqlstate in _SCHEMA_SQLSTATES:
+            return SchemaMissing(
+                f"{detail}: the operator's tables are not what this version needs (an Airflow "
+                "downgrade drops them, another migration may change them); `taskhandler-operator "
+                "db check` names the differences and `taskhandler-operator db upgrade` "
+                "creates what is missing"
+            )
         if sqlstate == _PRIVILEGE_SQLSTATE:
             return PermissionDenied(
                 f"{detail}: the database role lacks that privilege (docs/airflow.md lists what "

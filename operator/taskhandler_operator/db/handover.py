@@ -8,12 +8,13 @@ The handover, in one transaction each:
 1. :func:`hand_over` (``taskhandler-operator db handover``) renames both tables, their
    constraints and indexes to ``thop_handover_artifact`` / ``thop_handover_binding``. Nothing is
    copied, so no row can be lost on the way; the rows keep their foreign keys (a Dag Airflow
-   deletes meanwhile still takes its bindings with it) and their grants. The foreign key of
-   ``thop_artifact_probe`` is dropped: it points at whichever artifact table is current.
+   deletes meanwhile still takes its bindings with it) and their grants.
+   ``thop_artifact_probe`` has no foreign key (thop0008): it follows whichever artifact table
+   is current by id.
 2. ``airflow db migrate`` creates Airflow's own, empty tables.
 3. :func:`restore` (run by ``taskhandler-operator db upgrade``) moves the held rows into them
    (a row someone wrote meanwhile under the same key is newer and is kept), copies the grants,
-   points ``thop_artifact_probe`` at the new table again and drops the holding tables.
+   drops the probe rows of artifacts that did not come back, and drops the holding tables.
 
 :func:`undo` (``db handover --undo``) renames everything back while Airflow has not created its
 tables yet. While a handover is pending, the scheduler read path resolves from the holding
@@ -54,7 +55,6 @@ from taskhandler_operator.db.tables import (
     HOLD_BINDING_TABLE,
     HOLDING_TABLES,
     ORIGIN_AIRFLOW,
-    PROBE_TABLE,
     PROBLEM_TABLE,
     artifact_table,
     binding_table,
@@ -64,8 +64,6 @@ from taskhandler_operator.db.tables import (
     probe_table,
 )
 from taskhandler_operator.db.writer import bundle_lock_key
-
-PROBE_FK = "thop_artifact_probe_artifact_fkey"
 
 
 class HandoverRefused(DatabaseError):
@@ -163,28 +161,17 @@ def _rename_table(conn: Connection, old: str, new: str) -> None:
     conn.execute(text(f"ALTER TABLE {q} RENAME TO {_quote(conn, new)}"))
 
 
-def _drop_probe_fk(conn: Connection) -> None:
-    conn.execute(text(f"ALTER TABLE {PROBE_TABLE} DROP CONSTRAINT IF EXISTS {PROBE_FK}"))
+def _prune_probes(conn: Connection) -> int:
+    """Drop probe rows whose artifact is not in the current artifact table; returns how many.
 
-
-def _add_probe_fk(conn: Connection) -> int:
-    """Point ``thop_artifact_probe`` at the current artifact table; returns rows dropped.
-
-    A probe row whose artifact is not in that table described a row that is gone or was
-    superseded, so it goes (the foreign key's cascade would have removed it too).
+    Such a row described an artifact that is gone or was superseded on the way back. There is
+    no foreign key to do it (thop0008: nothing of ours may depend on Airflow's tables).
     """
     p, a = probe_table, artifact_table
     dropped = conn.execute(
         delete(p).where(~exists().where(a.c.id == p.c.artifact_id)).returning(p.c.artifact_id)
     )
-    count = len(dropped.all())
-    conn.execute(
-        text(
-            f"ALTER TABLE {PROBE_TABLE} ADD CONSTRAINT {PROBE_FK} FOREIGN KEY (artifact_id) "
-            f"REFERENCES {ARTIFACT_TABLE} (id) ON DELETE CASCADE"
-        )
-    )
-    return count
+    return len(dropped.all())
 
 
 def _bundle_names(conn: Connection, tables: Iterable[str]) -> list[str]:
@@ -262,7 +249,6 @@ def hand_over(conn: Connection, database: str) -> HandoverReport:
     )
     conn.execute(text(f"LOCK TABLE {BINDING_TABLE}, {ARTIFACT_TABLE} IN ACCESS EXCLUSIVE MODE"))
     before = {name: _count(conn, name) for name in AIRFLOW_NAMED_TABLES}
-    _drop_probe_fk(conn)
     for name in (BINDING_TABLE, ARTIFACT_TABLE):
         _rename_table(conn, name, HOLDING_TABLES[name])
     after = {name: _count(conn, HOLDING_TABLES[name]) for name in AIRFLOW_NAMED_TABLES}
@@ -286,7 +272,6 @@ def undo(conn: Connection, database: str) -> HandoverReport:
     counts = {name: _count(conn, held) for name, held in HOLDING_TABLES.items()}
     for name in (ARTIFACT_TABLE, BINDING_TABLE):
         _rename_table(conn, HOLDING_TABLES[name], name)
-    _add_probe_fk(conn)
     return HandoverReport(
         database=database, artifacts=counts[ARTIFACT_TABLE], bindings=counts[BINDING_TABLE]
     )
@@ -357,7 +342,7 @@ def restore(conn: Connection, database: str) -> RestoreReport:
         artifacts_superseded=held_artifacts - moved_artifact_count,
         bindings_restored=moved_binding_count,
         bindings_superseded=held_bindings - moved_binding_count,
-        probes_dropped=_add_probe_fk(conn),
+        probes_dropped=_prune_probes(conn),
     )
     _require_accounted(conn, database)
     for name in AIRFLOW_NAMED_TABLES:

@@ -112,3 +112,31 @@ async def load_known_artifacts(
 ) -> list[TaskHandlerArtifact]:
     """The planner's input: the stored answers of ``bundle_name``."""
     return [s.artifact for s in await load_stored_artifacts(engine, bundle_name)]
+
+
+async def load_requested_dag_ids(
+    engine: AsyncEngine | AsyncConnection, bundle_name: str
+) -> dict[str, tuple[str, ...]]:
+    """The ``dag_ids`` each stored answer of ``bundle_name`` was asked with, by relative path.
+
+    A path is missing when its answer was asked nothing (no probe row: Airflow wrote it; or
+    null: stored before probes sent ``dag_ids``), so it speaks for every Dag it declares. A value
+    that is not a list of strings (written by another tool) counts as asked nothing too.
+    """
+    a = artifact_table
+    p = probe_table
+    query = (
+        select(a.c.relative_fileloc, p.c.requested_dag_ids)
+        .join(p, p.c.artifact_id == a.c.id)
+        .where(
+            a.c.bundle_name == bindparam("bundle_name", type_=Text()),
+            p.c.requested_dag_ids.is_not(None),
+        )
+    )
+    async with connection(engine) as conn:
+        rows = (await conn.execute(query, {"bundle_name": bundle_name})).all()
+    out: dict[str, tuple[str, ...]] = {}
+    for path, requested in rows:
+        if isinstance(requested, list) and all(isinstance(d, str) for d in requested):
+            out[path] = tuple(requested)
+    return out

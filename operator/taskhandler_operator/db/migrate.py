@@ -10,7 +10,10 @@ One transaction, in this order:
 4. when a handover is pending (``db handover`` ran, then Airflow's migration created its own
    tables), move the held rows into them (:func:`taskhandler_operator.db.handover.restore`);
 5. run Alembic up to ``head`` with the version table ``thop_alembic_version``; revision
-   ``thop0001`` creates only the Airflow-named tables that are missing.
+   ``thop0001`` creates only the Airflow-named tables that are missing;
+6. at ``head``, create an Airflow-named table that is missing although the history says it
+   exists (an Airflow downgrade dropped it: the operator's objects never block that), exactly
+   as the model declares it, and record the operator as its creator.
 
 :func:`hand_over` and :func:`undo_handover` take the same lock for ``db handover``.
 
@@ -30,6 +33,7 @@ from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import BigInteger, Connection, bindparam, func, inspect, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import URL
 
 from taskhandler_operator.db import handover
@@ -52,7 +56,15 @@ from taskhandler_operator.db.handover import (
     RestoreReport,
 )
 from taskhandler_operator.db.schema_check import check_tables, summarize
-from taskhandler_operator.db.tables import AIRFLOW_NAMED_TABLES, VERSION_TABLE, metadata
+from taskhandler_operator.db.tables import (
+    AIRFLOW_NAMED_TABLES,
+    ARTIFACT_TABLE,
+    BINDING_TABLE,
+    ORIGIN_OPERATOR,
+    VERSION_TABLE,
+    metadata,
+    origin_table,
+)
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # Any constant distinct from Airflow's own migration lock (which uses a small integer id).
@@ -80,6 +92,8 @@ class UpgradeReport(BaseModel):
     adopted: tuple[str, ...]
     # Set when this upgrade moved the rows of a handover back (see db/handover.py).
     restored: RestoreReport | None = None
+    # Airflow-named tables created again at head (an Airflow downgrade had dropped them).
+    recreated: tuple[str, ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -176,13 +190,41 @@ def upgrade_on(conn: Connection, *, database: str = "", revision: str = "head") 
     except CommandError as exc:
         # Alembic's message already names the revision ("Can't locate revision ...").
         raise UnknownRevision(f"cannot upgrade to revision {revision!r}: {exc}") from None
+    after = current_revision(conn)
+    recreated = _recreate_dropped_tables(conn) if after == head_revision() else ()
     return UpgradeReport(
         database=database,
         before=before,
-        after=current_revision(conn),
+        after=after,
         adopted=adopted,
         restored=restored,
+        recreated=recreated,
     )
+
+
+def _recreate_dropped_tables(conn: Connection) -> tuple[str, ...]:
+    """Create the Airflow-named tables that are gone at ``head`` (an Airflow downgrade dropped
+    them); returns their names. Their rows went with them: the next pass of each bundle probes
+    and publishes again."""
+    inspector = inspect(conn)
+    missing = [name for name in AIRFLOW_NAMED_TABLES if not inspector.has_table(name)]
+    if not missing:
+        return ()
+    # Creation order: the binding table refers to the artifact table.
+    for name in (ARTIFACT_TABLE, BINDING_TABLE):
+        if name in missing:
+            metadata.tables[name].create(conn)
+    o = origin_table
+    stmt = pg_insert(o).values(
+        [{"table_name": name, "created_by": ORIGIN_OPERATOR} for name in missing]
+    )
+    conn.execute(
+        stmt.on_conflict_do_update(
+            index_elements=[o.c.table_name],
+            set_={"created_by": stmt.excluded.created_by, "recorded_at": func.now()},
+        )
+    )
+    return tuple(missing)
 
 
 def upgrade(url: str | URL, revision: str = "head") -> UpgradeReport:

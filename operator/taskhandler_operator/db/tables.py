@@ -14,7 +14,9 @@ convention), they have no table comment, and stored answers stay in Design B's v
 We never add columns to those. Operator-only bookkeeping lives in ``thop_``-prefixed tables:
 
 * ``thop_artifact_probe``: the source revision each artifact was last probed at, and the
-  runtime's own answer where the stored form loses something validation reads.
+  runtime's own answer where the stored form loses something validation reads. It refers to
+  an artifact by id without a foreign key, so nothing of ours blocks Airflow's DDL on its
+  tables.
 * ``thop_table_origin``: who created each Airflow-named table (the operator, or Airflow), which
   decides what a downgrade may drop and whether a handover is needed.
 * ``thop_bundle_problem``: the current problems of each bundle pass (unbound stubs, argument
@@ -240,18 +242,18 @@ class ArtifactProbeRow(Base):
     __tablename__ = PROBE_TABLE
     __table_args__ = (PrimaryKeyConstraint("artifact_id", name="thop_artifact_probe_pkey"),)
 
-    artifact_id: Mapped[uuid.UUID] = mapped_column(
-        Uuid,
-        ForeignKey(
-            f"{ARTIFACT_TABLE}.id", name="thop_artifact_probe_artifact_fkey", ondelete="CASCADE"
-        ),
-        nullable=False,
-    )
+    # No foreign key into Airflow's table: an object depending on it would block Airflow's own
+    # DDL (a downgrade dropping the table, a column change). The write path deletes a probe row
+    # with its artifact, and readers join on the artifact (thop0008).
+    artifact_id: Mapped[uuid.UUID] = mapped_column(Uuid, nullable=False)
     revision: Mapped[str | None] = mapped_column(String(REVISION_LENGTH), nullable=True)
     probed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     # The runtime's answer when the stored form loses meaning (declared_task_handlers); read
     # back only while the artifact row is still the one this probe wrote.
     declared_task_handlers: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # The ``dag_ids`` the probe request named (a JSON array; null: none were sent). An answer
+    # from a runtime that answers only the Dags it is asked about speaks for these alone.
+    requested_dag_ids: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
 
 
 class TableOriginRow(Base):

@@ -168,11 +168,18 @@ def upsert_probes_statement() -> Executable:
             ("revision", Text()),
             ("probed_at", DateTime(timezone=True)),
             ("declared", Text()),
+            ("requested", Text()),
         ],
     )
     a = artifact_table
     p = probe_table
-    source = select(a.c.id, k.c.revision, k.c.probed_at, cast(k.c.declared, JSON)).join(
+    source = select(
+        a.c.id,
+        k.c.revision,
+        k.c.probed_at,
+        cast(k.c.declared, JSON),
+        cast(k.c.requested, JSON),
+    ).join(
         a,
         and_(
             a.c.bundle_name == bindparam("bundle_name", type_=Text()),
@@ -180,7 +187,8 @@ def upsert_probes_statement() -> Executable:
         ),
     )
     stmt = pg_insert(p).from_select(
-        ["artifact_id", "revision", "probed_at", "declared_task_handlers"], source
+        ["artifact_id", "revision", "probed_at", "declared_task_handlers", "requested_dag_ids"],
+        source,
     )
     new = stmt.excluded
     return stmt.on_conflict_do_update(
@@ -189,6 +197,7 @@ def upsert_probes_statement() -> Executable:
             "revision": new.revision,
             "probed_at": new.probed_at,
             "declared_task_handlers": new.declared_task_handlers,
+            "requested_dag_ids": new.requested_dag_ids,
         },
         where=or_(
             p.c.revision.is_distinct_from(new.revision),
@@ -196,6 +205,7 @@ def upsert_probes_statement() -> Executable:
             cast(p.c.declared_task_handlers, JSONB).is_distinct_from(
                 cast(new.declared_task_handlers, JSONB)
             ),
+            cast(p.c.requested_dag_ids, JSONB).is_distinct_from(cast(new.requested_dag_ids, JSONB)),
         ),
     ).returning(p.c.artifact_id)
 
@@ -307,11 +317,17 @@ def held_elsewhere_statement() -> Executable:
 
 
 def sweep_artifacts_statement() -> Executable:
+    """Delete this bundle's unlisted, unreferenced artifacts and their probe rows.
+
+    ``thop_artifact_probe`` has no foreign key into Airflow's table (it must never block
+    Airflow's own DDL), so its rows go with their artifact here, in the same statement.
+    """
     a = artifact_table
     b = binding_table
+    p = probe_table
     listed = bindparam("listed_hashes", type_=ARRAY(Text()))
     referenced = exists().where(b.c.artifact_id == a.c.id)
-    return (
+    swept = (
         delete(a)
         .where(
             a.c.bundle_name == bindparam("bundle_name", type_=Text()),
@@ -319,7 +335,13 @@ def sweep_artifacts_statement() -> Executable:
             ~referenced,
         )
         .returning(a.c.id)
+        .cte("swept")
     )
+    probes = (
+        delete(p).where(p.c.artifact_id.in_(select(swept.c.id))).returning(p.c.artifact_id)
+    ).cte("swept_probes")
+    # PostgreSQL runs a data-modifying CTE whether or not the main query reads it.
+    return select(swept.c.id).add_cte(probes)
 
 
 _PROBLEM_COLUMNS: list[tuple[str, TypeEngine[Any]]] = [
@@ -443,7 +465,13 @@ def prepare_params(bundle_pass: BundlePass) -> PassParams:
     probed = [r for r in ordered if r.probed_at is not None]
     reused = [r for r in ordered if r.probed_at is None]
     probe_rows = [
-        (fileloc_hash(r.artifact.relative_fileloc), r.revision, r.probed_at, _declared(r))
+        (
+            fileloc_hash(r.artifact.relative_fileloc),
+            r.revision,
+            r.probed_at,
+            _declared(r),
+            None if r.requested_dag_ids is None else json.dumps(list(r.requested_dag_ids)),
+        )
         for r in probed
     ]
     reconciled = [v for v in bundle_pass.verdicts if v.bindings is not None]
@@ -466,7 +494,9 @@ def prepare_params(bundle_pass: BundlePass) -> PassParams:
         lock_key=bundle_lock_key(bundle_pass.bundle_name),
         probed=_artifact_params(probed, "art"),
         reused=_artifact_params(reused, "art"),
-        probes=_columns(probe_rows, ["path_hash", "revision", "probed_at", "declared"], "probe"),
+        probes=_columns(
+            probe_rows, ["path_hash", "revision", "probed_at", "declared", "requested"], "probe"
+        ),
         reconciled_dag_ids=[v.dag_id for v in reconciled],
         bindings=_columns(wanted, [name for name, _ in _BINDING_COLUMNS], "bind"),
         listed_hashes=[fileloc_hash(r.artifact.relative_fileloc) for r in ordered],

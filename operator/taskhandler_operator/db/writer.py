@@ -36,7 +36,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from taskhandler_operator.db.claims import hold_claim, release_claim_in
 from taskhandler_operator.db.engine import translate_errors
-from taskhandler_operator.db.tables import artifact_table, binding_table, problem_table
+from taskhandler_operator.db.tables import (
+    artifact_table,
+    binding_table,
+    probe_table,
+    problem_table,
+)
 from taskhandler_operator.db.write_models import (
     ArtifactCounts,
     ArtifactRecord,
@@ -267,12 +272,14 @@ async def delete_bundle_rows(
     one transaction.
 
     Refused with :class:`~taskhandler_operator.db.claims.BundleClaimed` when another resource
-    owns the name (its rows are not ours to delete). Probe revisions go with their artifacts
-    and queue claims with the bundle's claim (``ON DELETE CASCADE``).
+    owns the name (its rows are not ours to delete). Probe revisions are deleted with their
+    artifacts here (no foreign key: see ``thop0008``), queue claims go with the bundle's claim
+    (``ON DELETE CASCADE``).
     """
     a = artifact_table
     b = binding_table
     p = problem_table
+    pr = probe_table
     name = bindparam("bundle_name", type_=Text())
     params = {"bundle_name": bundle_name, "lock_key": bundle_lock_key(bundle_name)}
     async with translate_errors(), engine.begin() as conn:
@@ -282,6 +289,7 @@ async def delete_bundle_rows(
         bindings = await conn.execute(
             delete(b).where(b.c.artifact_id.in_(ours)).returning(b.c.dag_id), params
         )
+        await conn.execute(delete(pr).where(pr.c.artifact_id.in_(ours)), params)
         artifacts = await conn.execute(
             delete(a).where(a.c.bundle_name == name).returning(a.c.id), params
         )

@@ -149,6 +149,8 @@ class ProbeJobRequest:
     runtime_image: str
     probe: ProbeSpec = field(default_factory=ProbeSpec)
     settings: ProbePodSettings = field(default_factory=ProbePodSettings)
+    # The request's ``dag_ids`` (``probe --dag-id``): the stub Dags of the bundle's queues.
+    dag_ids: tuple[str, ...] | None = None
 
     @classmethod
     def for_bundle(
@@ -161,6 +163,7 @@ class ProbeJobRequest:
         operator_image: str,
         runtime_images: Mapping[Language, str],
         settings: ProbePodSettings | None = None,
+        dag_ids: Sequence[str] | None = None,
     ) -> ProbeJobRequest:
         """The request for a bundle spec.
 
@@ -185,6 +188,7 @@ class ProbeJobRequest:
             runtime_image=image,
             probe=spec.probe,
             settings=settings or ProbePodSettings(),
+            dag_ids=None if dag_ids is None else tuple(sorted(set(dag_ids))),
         )
 
 
@@ -195,22 +199,27 @@ def _slug(text: str) -> str:
     return re.sub(r"-{2,}", "-", re.sub(r"[^a-z0-9-]", "-", text.lower())).strip("-")
 
 
-def probe_job_name(bundle: BundleIdentity, target: ProbeTarget) -> str:
+def probe_job_name(
+    bundle: BundleIdentity, target: ProbeTarget, dag_ids: Sequence[str] | None = None
+) -> str:
     """``<bundle>-<artifact stem>-<hash>``: DNS-1123, at most 63 characters, stable.
 
     The hash covers the owner's uid too, so a bundle deleted and created again under the same
-    name never adopts a Job of its predecessor (which the garbage collector removes anyway).
+    name never adopts a Job of its predecessor (which the garbage collector removes anyway),
+    and the ``dag_ids`` asked, so the probe that follows a new stub Dag is a new Job rather
+    than the finished one that was not asked about it.
     """
-    identity = "\0".join(
-        (
-            bundle.namespace,
-            bundle.name,
-            bundle.uid,
-            target.rel_path,
-            str(target.size),
-            target.cache_digest or "",
-        )
-    )
+    parts = [
+        bundle.namespace,
+        bundle.name,
+        bundle.uid,
+        target.rel_path,
+        str(target.size),
+        target.cache_digest or "",
+    ]
+    if dag_ids is not None:
+        parts.append(hashlib.sha256("\n".join(dag_ids).encode()).hexdigest())
+    identity = "\0".join(parts)
     digest = hashlib.sha256(identity.encode()).hexdigest()[:HASH_CHARS]
     stem = target.rel_path.rsplit("/", 1)[-1].split(".", 1)[0]
     readable = _slug(f"{bundle.name}-{stem}")[: MAX_NAME - HASH_CHARS - 1].strip("-")
@@ -333,6 +342,7 @@ def probe_command(request: ProbeJobRequest) -> list[str]:
         request.bundle.bundle_name,
         "--timeout",
         _seconds(answer),
+        *(arg for dag_id in request.dag_ids or () for arg in ("--dag-id", dag_id)),
     ]
 
 
@@ -422,7 +432,7 @@ def build_probe_job(request: ProbeJobRequest) -> dict[str, Any]:
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "name": probe_job_name(bundle, request.target),
+            "name": probe_job_name(bundle, request.target, request.dag_ids),
             "namespace": bundle.namespace,
             "labels": labels,
             "annotations": annotations,

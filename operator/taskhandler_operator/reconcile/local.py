@@ -94,6 +94,7 @@ class SubprocessProber:
             *("--language", request.language.value, "--bundle-root", str(root)),
             *("--bundle-name", request.bundle_name, "--termination-log", str(termination_log)),
             *("--timeout", f"{self.answer_timeout:g}"),
+            *(arg for dag_id in request.dag_ids or () for arg in ("--dag-id", dag_id)),
             *self.extra_args,
         ]
 

@@ -66,6 +66,10 @@ class Listed:
 class Planned:
     plan: ProbePlan[TaskHandlerArtifact]
     known: int  # stored answers of the bundle the plan compared against
+    # The ``dag_ids`` every probe of this pass sends: the Dags with a stub on the bundle's
+    # queues (None: none sent, with ``dag_ids_problem`` saying why when there were too many).
+    dag_ids: tuple[str, ...] | None = None
+    dag_ids_problem: str | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,8 @@ class ProbeRequest:
     bundle_root: Path
     candidate: Candidate
     revision: str
+    # Sent as the request's ``dag_ids`` (docs/protocol.md, "dag_ids"); None sends none.
+    dag_ids: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,11 @@ from pydantic import ValidationError
 from taskhandler_operator.airflow.serialized import DagStubs
 from taskhandler_operator.artifacts.listing import ListingCache, ListingProblem, list_candidates
 from taskhandler_operator.artifacts.models import Candidate
-from taskhandler_operator.artifacts.planner import plan_probes
+from taskhandler_operator.artifacts.planner import (
+    plan_probes,
+    recheck_coverage,
+    request_dag_ids,
+)
 from taskhandler_operator.db.watermark import RowsWatermark
 from taskhandler_operator.db.write_models import BundlePass, PassResult
 from taskhandler_operator.reconcile.errors import PassError, classify
@@ -60,7 +64,7 @@ from taskhandler_operator.reconcile.models import (
 )
 from taskhandler_operator.reconcile.ports import Clock, Prober, Syncer, SystemClock
 from taskhandler_operator.reconcile.store import KnownArtifacts, Store, Watermarks
-from taskhandler_operator.records import ArtifactRecord, TaskHandlerArtifact
+from taskhandler_operator.records import ArtifactRecord, BundleProblem, TaskHandlerArtifact
 from taskhandler_operator.validation import BrokenCandidate, validate_bundle
 
 #: Probes of one bundle running at once, unless the caller says otherwise.
@@ -90,11 +94,24 @@ async def list_bundle(
     )
 
 
-async def plan(store: KnownArtifacts, spec: BundleSpec, listed: Listed) -> Planned:
-    """Which candidates reuse a stored answer, which are probed, which are rejected."""
+async def plan(
+    store: KnownArtifacts, spec: BundleSpec, listed: Listed, wanted: Sequence[str] = ()
+) -> Planned:
+    """Which candidates reuse a stored answer, which are probed, which are rejected.
+
+    ``wanted`` are the Dags with a stub on the bundle's queues: probes ask about them (as the
+    request's ``dag_ids``), and a stored answer that was asked about fewer and may have been
+    filtered by its runtime is probed again (docs/protocol.md, "dag_ids").
+    """
     known = await store.known_artifacts(spec.bundle_name)
     probe_plan = await asyncio.to_thread(plan_probes, listed.candidates, known, spec.bundle_name)
-    return Planned(plan=probe_plan, known=len(known))
+    if probe_plan.cached and wanted:
+        requested = await store.requested_dag_ids(spec.bundle_name)
+        if requested:
+            answered = {c.rel_path: tuple(r.task_handlers) for c, r in probe_plan.cached}
+            probe_plan = recheck_coverage(probe_plan, requested, wanted, answered)
+    dag_ids, problem = request_dag_ids(wanted)
+    return Planned(plan=probe_plan, known=len(known), dag_ids=dag_ids, dag_ids_problem=problem)
 
 
 async def probe(
@@ -120,6 +137,7 @@ async def probe(
             bundle_root=synced.root,
             candidate=candidate,
             revision=synced.revision,
+            dag_ids=planned.dag_ids,
         )
         async with gate:
             outcome = await prober(request)
@@ -167,7 +185,12 @@ def _records_of(
                 task_handlers=outcome.result.task_handlers,
             )
             records.append(
-                ArtifactRecord(artifact=artifact, probed_at=probed_at, revision=revision)
+                ArtifactRecord(
+                    artifact=artifact,
+                    probed_at=probed_at,
+                    revision=revision,
+                    requested_dag_ids=planned.dag_ids,
+                )
             )
         except ValidationError as exc:
             reason = str(exc.errors()[0].get("msg", exc)).removeprefix("Value error, ")
@@ -194,6 +217,11 @@ async def validate(store: Store, spec: BundleSpec, planned: Planned, probed: Pro
         artifacts=[r.artifact for r in probed.records],
         broken=broken,
     )
+    if planned.dag_ids_problem is not None:
+        problem = BundleProblem(severity="warning", kind="dag_ids", message=planned.dag_ids_problem)
+        result = result.model_copy(
+            update={"artifact_problems": (*result.artifact_problems, problem)}
+        )
     return Validated(result=result, dags=dags)
 
 
@@ -345,7 +373,12 @@ async def run_pass(spec: BundleSpec, ports: PassPorts) -> PassOutcome:
             )
             return dataclasses.replace(kept, summary=summary)
         memory.forget()  # changed (or failing below): the next pass takes the whole path too
-    planned = await step("plan", plan(ports.store, spec, listed))
+    if seen is not None:
+        wanted = seen.dag_ids
+    else:
+        inventory = await step("validate", ports.store.stub_inventory(), "inventory")
+        wanted = queue_dags(inventory, spec.queues)
+    planned = await step("plan", plan(ports.store, spec, listed, wanted))
     probed = await step(
         "probe",
         probe(ports.prober, clock, spec, synced, planned, parallelism=ports.probe_parallelism),

@@ -12,7 +12,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from taskhandler_operator.airflow.serialized import DagStubs
 from taskhandler_operator.db.inventory import InventoryDelta, StubInventory
-from taskhandler_operator.db.known_artifacts import load_known_artifacts
+from taskhandler_operator.db.known_artifacts import (
+    load_known_artifacts,
+    load_requested_dag_ids,
+)
 from taskhandler_operator.db.watermark import RowsWatermark, rows_watermark
 from taskhandler_operator.db.write_models import BundlePass, PassResult
 from taskhandler_operator.db.writer import write_pass
@@ -24,12 +27,19 @@ class KnownArtifacts(Protocol):
         """The stored answers of the bundle (the fast path's input)."""
         ...
 
+    async def requested_dag_ids(self, bundle_name: str) -> Mapping[str, tuple[str, ...]]:
+        """The ``dag_ids`` each stored answer was asked with, by path (missing: none)."""
+        ...
+
 
 class NothingKnown:
     """:class:`KnownArtifacts` before any answer is stored (a first pass without a database)."""
 
     async def known_artifacts(self, bundle_name: str) -> list[TaskHandlerArtifact]:
         return []
+
+    async def requested_dag_ids(self, bundle_name: str) -> Mapping[str, tuple[str, ...]]:
+        return {}
 
 
 class Store(KnownArtifacts, Protocol):
@@ -72,6 +82,9 @@ class DatabaseStore:
 
     async def known_artifacts(self, bundle_name: str) -> list[TaskHandlerArtifact]:
         return await load_known_artifacts(self.engine, bundle_name)
+
+    async def requested_dag_ids(self, bundle_name: str) -> Mapping[str, tuple[str, ...]]:
+        return await load_requested_dag_ids(self.engine, bundle_name)
 
     async def stub_inventory(self) -> Mapping[str, DagStubs]:
         self.last_delta = await self.inventory.refresh(self.engine)

@@ -10,6 +10,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from taskhandler_operator.db.engine import create_engine
 from taskhandler_operator.db.known_artifacts import load_known_artifacts, load_stored_artifacts
 from taskhandler_operator.db.migrate import downgrade, upgrade
 from taskhandler_operator.db.tables import fileloc_hash
@@ -225,3 +226,79 @@ async def test_the_migration_normalizes_rows_stored_before(pg_url: str) -> None:
     engine.dispose()
     assert back["lossy.bin"] == RAW_ANSWERS["lossy.bin"]
     assert back["go.bin"] == rows["go.bin"][0]
+
+
+# The answer Airflow's own model test stores (``required`` on each parameter, a wildcard
+# parameter with every field null): a shape Airflow reads, so it stays as Airflow wrote it.
+AIRFLOW_SHAPED: dict[str, Any] = {
+    "etl": [
+        {
+            "task_id": "extract",
+            "binding": "positional",
+            "params": [
+                {
+                    "name": "path",
+                    "value_schema": {"type": "string"},
+                    "required": True,
+                    "exact_name": True,
+                },
+                {"name": None, "value_schema": None, "required": False, "exact_name": False},
+            ],
+        }
+    ],
+}
+
+
+async def test_rows_airflow_wrote_before_adoption_stay_as_airflow_wrote_them(
+    airflow_ddl_url: str,
+) -> None:
+    """Adoption runs thop0005 on Airflow's tables: it must not rewrite Airflow's rows."""
+    engine = sa.create_engine(airflow_ddl_url)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO lang_sdk_task_handler_artifact (id, bundle_name, relative_fileloc, "
+                "relative_fileloc_hash, size_bytes, cache_digest, task_handlers, last_probed_at) "
+                "VALUES (:id, 'java', 'etl.jar', :h, 1024, :d, CAST(:t AS json), now())"
+            ),
+            {
+                "id": uuid.uuid4(),
+                "h": fileloc_hash("etl.jar"),
+                "d": "0" * 64,
+                "t": json.dumps(AIRFLOW_SHAPED),
+            },
+        )
+    with engine.connect() as conn:
+        before = conn.execute(
+            sa.text("SELECT task_handlers::text FROM lang_sdk_task_handler_artifact")
+        ).scalar_one()
+    engine.dispose()
+
+    assert upgrade(airflow_ddl_url).adopted
+    rows = _raw(airflow_ddl_url)
+    assert rows["etl.jar"] == (AIRFLOW_SHAPED, None)
+    engine = sa.create_engine(airflow_ddl_url)
+    with engine.connect() as conn:
+        after = conn.execute(
+            sa.text("SELECT task_handlers::text FROM lang_sdk_task_handler_artifact")
+        ).scalar_one()
+    engine.dispose()
+    assert after == before  # byte for byte
+
+    # The operator reads Airflow's shape as it is: the answer is known and validates.
+    async_engine = create_engine(airflow_ddl_url)
+    try:
+        [known] = await load_known_artifacts(async_engine, "java")
+        [extract] = known.task_handlers["etl"]
+        assert extract.binding == "positional"
+        assert [p.required for p in extract.params or ()] == [True, False]
+        await add_dags(async_engine, dag_document("etl", [stub_task("extract", queue="java")]))
+        result, _ = await reconcile(async_engine, "java", ["java"], [known], probed=False)
+        # Validated against the two declared parameters, `required` read as it is.
+        [verdict] = result.verdicts
+        assert [p.message for p in verdict.errors] == [
+            "Dag 'etl', task 'extract': passes 0 argument(s) (0 without defaults), the task "
+            "handler takes 2"
+        ]
+    finally:
+        await async_engine.dispose()

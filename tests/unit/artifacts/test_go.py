@@ -99,6 +99,34 @@ def test_unsupported_footer_version_is_listed_without_digest(tmp_path: Path) -> 
     assert "reads footer_ver=1 only" in candidate.error
 
 
+def test_a_bundle_cut_short_is_listed_with_its_problem(tmp_path: Path) -> None:
+    # The middle went missing (a short write, a cut download re-joined to its trailer): the
+    # trailer still counts bytes that are not there. Airflow lists it with the trailer's error.
+    whole = write_go_bundle(
+        tmp_path / "whole", BINARY, cache_digest="c" * 64, sources={"main.go": b"package main\n"}
+    ).read_bytes()
+    cut = tmp_path / "etl"
+    cut.write_bytes(whole[:4] + whole[-80:])
+    cut.chmod(0o755)
+    candidate = read_with(go.read_candidate, cut, "jobs/etl")
+    assert candidate is not None
+    assert candidate.cache_digest is None
+    assert candidate.error == (
+        "jobs/etl: trailer regions (source 13 bytes + metadata "
+        f"{len(whole) - len(BINARY) - 13 - 64} bytes) are larger than the file (84 bytes): the "
+        "file was cut short or is not a whole bundle; upload it again"
+    )
+    assert _verify_error(cut).startswith("etl: trailer regions (source 13 bytes")
+
+
+def test_a_trailer_with_reserved_bytes_set_is_listed_with_its_problem(tmp_path: Path) -> None:
+    path = write_go_bundle(tmp_path / "etl", BINARY, cache_digest="c" * 64)
+    flip(path, -15)
+    candidate = read_with(go.read_candidate, path, "etl")
+    assert candidate is not None and candidate.cache_digest is None
+    assert candidate.error == "etl: trailer reserved bytes 44..55 are not zero"
+
+
 @pytest.mark.parametrize(
     ("kwargs", "why"),
     [
@@ -150,12 +178,20 @@ def test_undecodable_metadata_lists_a_candidate_without_digest(
     assert candidate == Candidate("etl", path.stat().st_size, None)
 
 
-def test_regions_larger_than_the_file_list_without_digest(tmp_path: Path) -> None:
+def test_regions_larger_than_the_file_list_with_the_trailer_error(tmp_path: Path) -> None:
+    # Airflow's listing: a trailer it cannot read lists the file with no digest and the error.
     trailer = GO_TRAILER.pack(10**6, 10, 1, bytes(32), bytes(12), b"AFBNDL01")
     path = tmp_path / "liar"
     path.write_bytes(BINARY + trailer)
     path.chmod(0o755)
-    assert read_with(go.read_candidate, path) == Candidate("liar", path.stat().st_size, None)
+    assert read_with(go.read_candidate, path) == Candidate(
+        "liar",
+        path.stat().st_size,
+        None,
+        "liar: trailer regions (source 1000000 bytes + metadata 10 bytes) are larger than the "
+        f"file ({len(BINARY) + 64} bytes): the file was cut short or is not a whole bundle; "
+        "upload it again",
+    )
 
 
 def test_listing_reads_only_trailer_and_metadata(tmp_path: Path) -> None:
@@ -252,7 +288,8 @@ def test_regions_larger_than_file_fail(tmp_path: Path) -> None:
     path.chmod(0o755)
     assert _verify_error(path) == (
         f"etl: trailer regions (source 1000000 bytes + metadata 10 bytes) are larger than the "
-        f"file ({len(BINARY) + 64} bytes)"
+        f"file ({len(BINARY) + 64} bytes): the file was cut short or is not a whole bundle; "
+        "upload it again"
     )
 
 
@@ -511,8 +548,8 @@ def test_metadata_of_exactly_the_limit_is_read_and_verified(tmp_path: Path) -> N
     assert verify_artifact(path, Language.GO).cache_digest == "c1"
 
 
-def test_listing_reads_the_digest_of_metadata_that_starts_the_file(tmp_path: Path) -> None:
-    # No binary at all: verification refuses it, but the listing still reads what it stores.
+def test_a_bundle_without_a_binary_is_listed_with_the_trailer_error(tmp_path: Path) -> None:
+    # No binary at all: Airflow's trailer reader refuses it, so the listing names why.
     metadata = b"digests: {cache: c2}\n"
     path = tmp_path / "etl"
     path.write_bytes(
@@ -520,7 +557,7 @@ def test_listing_reads_the_digest_of_metadata_that_starts_the_file(tmp_path: Pat
     )
     path.chmod(0o755)
     candidate = read_with(go.read_candidate, path)
-    assert candidate is not None and candidate.cache_digest == "c2"
+    assert candidate == Candidate("etl", path.stat().st_size, None, "etl: binary region is empty")
     assert _verify_error(path) == "etl: binary region is empty"
 
 

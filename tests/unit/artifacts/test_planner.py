@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from taskhandler_operator.artifacts.models import Candidate
-from taskhandler_operator.artifacts.planner import KnownArtifact, answer_covers, plan_probes
+from taskhandler_operator.artifacts.planner import (
+    KnownArtifact,
+    ProbePlan,
+    answer_covers,
+    plan_probes,
+    recheck_coverage,
+    request_dag_ids,
+)
+from taskhandler_operator.limits import MAX_REQUEST_DAG_ID_BYTES, MAX_REQUEST_DAG_IDS
 
 HANDLERS = {"etl_dag": [{"task_id": "extract", "binding": "positional", "params": []}]}
 
@@ -113,3 +121,32 @@ def test_answer_covers(
     requested: list[str] | None, answered: list[str], wanted: list[str], covers: bool
 ) -> None:
     assert answer_covers(requested, answered, wanted) is covers
+
+
+# --- dag_ids ----------------------------------------------------------------------------------
+
+
+def test_recheck_moves_only_answers_that_may_have_been_filtered() -> None:
+    a, b, c, d = (Candidate(p, 1, "x") for p in ("a", "b", "c", "d"))
+    plan: ProbePlan[KnownArtifact] = ProbePlan(
+        cached=[(a, _known("a")), (b, _known("b")), (c, _known("c"))], probe=[d], rejected=[]
+    )
+    requested = {"a": ("etl",), "b": ("etl",)}  # c: asked nothing (Airflow's own row)
+    answered = {"a": ("etl",), "b": ("etl", "other"), "c": ("etl",)}
+    checked = recheck_coverage(plan, requested, {"etl", "new"}, answered)
+    # a may have been filtered and was not asked about "new"; b answered a Dag it was not
+    # asked about (its runtime ignores dag_ids); c was asked nothing.
+    assert [cand.rel_path for cand, _ in checked.cached] == ["b", "c"]
+    assert [cand.rel_path for cand in checked.probe] == ["a", "d"]
+    assert recheck_coverage(plan, requested, {"etl"}, answered) is plan
+
+
+def test_request_dag_ids_are_sorted_and_bounded() -> None:
+    assert request_dag_ids(["b", "a", "b"]) == (("a", "b"), None)
+    assert request_dag_ids([]) == ((), None)
+    too_many = [f"dag_{i}" for i in range(MAX_REQUEST_DAG_IDS + 1)]
+    ids, reason = request_dag_ids(too_many)
+    assert ids is None and reason is not None
+    assert reason.startswith(f"the bundle's queues have stub tasks in {len(too_many)} Dags")
+    too_long = ["x" * 250 + str(i) for i in range(MAX_REQUEST_DAG_ID_BYTES // 250 + 1)]
+    assert request_dag_ids(too_long)[0] is None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import re
 import subprocess
 import sys
 import textwrap
@@ -11,9 +13,11 @@ import pytest
 
 from taskhandler_operator.records import BundleInfo, TaskHandlerArtifactRef
 from taskhandler_operator.scheduler import (
+    CoordinatorConfigError,
     TaskLookup,
     attach_task_handlers,
     no_record_reason,
+    parse_queue_to_coordinator,
     routed_keys,
     routed_queues_from_config,
     workload_key,
@@ -99,30 +103,79 @@ def test_routed_queues_are_the_keys_of_queue_to_coordinator() -> None:
     assert routed_queues_from_config("  ") == frozenset()
 
 
+# Airflow's own cases (``TestGetTaskHandlerArtifactRefs``'s invalid-configuration test and
+# ``CoordinatorManager``'s validation tests): a warning on each call and nothing routed.
+GO_COORDINATORS = (
+    '{"go": {"classpath": "airflow.sdk.coordinators.executable.ExecutableCoordinator"}}'
+)
+
+
 @pytest.mark.parametrize(
-    ("value", "message"),
+    ("queue_to_coordinator", "coordinators", "message"),
     [
-        (
-            "{nope",
-            "[sdk] queue_to_coordinator is not JSON: Expecting property name enclosed in "
-            "double quotes: line 1 column 2 (char 1)",
+        pytest.param('["go"]', None, "must be a JSON object", id="queue-to-coordinator-as-array"),
+        pytest.param(
+            '{"golang": ["go"]}',
+            GO_COORDINATORS,
+            "coordinator of queue 'golang' must be a non-empty string",
+            id="queue-to-coordinator-with-list-value",
         ),
-        (
-            '["java"]',
-            "[sdk] queue_to_coordinator must be a JSON object mapping queue names to "
-            "coordinator keys",
+        pytest.param('"abc"', None, "must be a JSON object", id="string"),
+        pytest.param("42", None, "must be a JSON object", id="int"),
+        pytest.param('{"golang": ""}', None, "non-empty string", id="empty-value"),
+        pytest.param("{nope", None, "is not JSON", id="malformed-json"),
+        pytest.param(
+            '{"golang": "missing"}',
+            GO_COORDINATORS,
+            "references unknown coordinator 'missing'",
+            id="unknown-coordinator",
         ),
-        (
-            '{"java": 17}',
-            "[sdk] queue_to_coordinator must be a JSON object mapping queue names "
-            "to coordinator keys",
+        pytest.param(
+            '{"golang": "go"}', "{not json", "[sdk] coordinators is not JSON", id="bad-coordinators"
+        ),
+        pytest.param(
+            '{"golang": "go"}', "[]", "coordinators must be a JSON object", id="coordinators-array"
+        ),
+        pytest.param(
+            '{"golang": "go"}', "null", "unknown coordinator 'go'", id="coordinators-as-null"
         ),
     ],
 )
-def test_bad_queue_to_coordinator_is_one_line(value: str, message: str) -> None:
-    with pytest.raises(ValueError) as caught:
-        routed_queues_from_config(value)
-    assert str(caught.value) == message
+def test_invalid_sdk_configuration_warns_each_time_and_routes_nothing(
+    queue_to_coordinator: str,
+    coordinators: str | None,
+    message: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="taskhandler_operator.scheduler"):
+        assert routed_queues_from_config(queue_to_coordinator, coordinators) == frozenset()
+        assert routed_queues_from_config(queue_to_coordinator, coordinators) == frozenset()
+    warnings = [r for r in caplog.records if "[sdk] coordinator configuration" in r.getMessage()]
+    assert len(warnings) == 2
+    assert all(r.levelno == logging.WARNING and r.exc_info for r in warnings)
+    first = warnings[0].exc_info
+    assert first is not None and message in str(first[1])
+    with pytest.raises(CoordinatorConfigError, match=re.escape(message)):
+        parse_queue_to_coordinator(queue_to_coordinator, coordinators)
+    # Nothing routed means nothing looked up: no stub gets a key, so no statement runs.
+    routed = routed_queues_from_config(queue_to_coordinator, coordinators)
+    assert routed_keys([("etl", "load", "golang")], routed) == []
+
+
+@pytest.mark.parametrize("value", [None, "", "  ", "null", "{}"])
+def test_unset_or_null_queue_to_coordinator_routes_nothing_without_a_warning(
+    value: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="taskhandler_operator.scheduler"):
+        assert routed_queues_from_config(value, GO_COORDINATORS) == frozenset()
+    assert caplog.records == []
+
+
+def test_valid_configuration_routes_its_queues_with_known_coordinators() -> None:
+    assert routed_queues_from_config('{"golang": "go", "gx": "go"}', GO_COORDINATORS) == {
+        "golang",
+        "gx",
+    }
 
 
 def test_routing_keeps_routed_queues_and_the_default_queue_for_queueless_tasks() -> None:

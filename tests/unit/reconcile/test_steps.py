@@ -93,11 +93,16 @@ class FakeStore:
         self.written: list[BundlePass] = []
         self.fail_write: Exception | None = None
         self.fail_known: Exception | None = None
+        # The dag_ids each stored answer was asked with, as thop_artifact_probe keeps them.
+        self.requested: dict[str, tuple[str, ...]] = {}
 
     async def known_artifacts(self, bundle_name: str) -> list[TaskHandlerArtifact]:
         if self.fail_known is not None:
             raise self.fail_known
         return [a for a in self.known if a.bundle_name == bundle_name]
+
+    async def requested_dag_ids(self, bundle_name: str) -> Mapping[str, tuple[str, ...]]:
+        return dict(self.requested)
 
     async def stub_inventory(self) -> Mapping[str, DagStubs]:
         return self.dags
@@ -107,6 +112,13 @@ class FakeStore:
             raise self.fail_write
         self.written.append(bundle_pass)
         self.known = [r.artifact for r in bundle_pass.artifacts]
+        for r in bundle_pass.artifacts:
+            if r.probed_at is not None:  # a probe row is written for probed answers only
+                path = r.artifact.relative_fileloc
+                if r.requested_dag_ids is None:
+                    self.requested.pop(path, None)
+                else:
+                    self.requested[path] = r.requested_dag_ids
         bound = sum(len(v.bindings or ()) for v in bundle_pass.verdicts)
         return PassResult(
             bundle_name=bundle_pass.bundle_name,
@@ -171,7 +183,8 @@ async def test_the_whole_pass_binds_then_reuses_every_answer(bundle: Path) -> No
         ("broken.min.mjs", "rejected")
     ]
     assert summary.dag_outcomes == {"etl": "reconciled"} and summary.errors == ()
-    assert list(summary.step_seconds) == list(STEPS)
+    # Every step, and the inventory read that says which Dags the probes ask about.
+    assert list(summary.step_seconds) == ["sync", "list", "inventory", *STEPS[2:]]
     assert all(seconds > 0 for seconds in summary.step_seconds.values())
     # The write's input: the spec's owner and queues, both fresh answers stamped by the clock.
     [written] = store.written
@@ -272,3 +285,85 @@ async def test_each_failure_names_its_step_and_whether_to_retry(bundle: Path) ->
     )
     assert owned.value.owner == other
     assert "TaskHandlerBundle elsewhere/ts in cluster 'c1'" in str(owned.value)
+
+
+# --- dag_ids: what a probe asks about, and when a reused answer is asked again --------------
+
+
+class FilteringProber(FakeProber):
+    """A runtime that answers only the Dags the request names (ADR-0013 Design A), and fails
+    without any answer when the request names none (a released TypeScript runtime does)."""
+
+    async def __call__(self, request: ProbeRequest) -> ProbeAccepted | ProbeFailed:
+        self.requests.append(request)
+        answer = self.answers[request.candidate.rel_path]
+        assert not isinstance(answer, str)
+        if not request.dag_ids:
+            return ProbeFailed(request.candidate.rel_path, "exited_without_result")
+        filtered = {d: h for d, h in answer.items() if d in request.dag_ids}
+        result = TaskHandlerParsingResult.model_validate({"task_handlers": filtered})
+        return ProbeAccepted(request.candidate.rel_path, result)
+
+
+def stubs_of(*dag_ids: str, queue: str = "typescript") -> dict[str, DagStubs]:
+    return {
+        dag_id: DagStubs(
+            dag_id=dag_id,
+            bundle_name="dags-folder",
+            relative_fileloc=f"{dag_id}.py",
+            stubs=(StubTask(task_id="extract", queue=queue, arg_bindings=()),),
+        )
+        for dag_id in dag_ids
+    }
+
+
+async def test_probes_ask_about_the_stub_dags_and_a_new_dag_reprobes_once(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "bundle"
+    write_typescript_bundle(root / "extract.min.mjs", b"export const extract = 1;\n")
+    answers = {"extract.min.mjs": {d: [handler("extract")] for d in ("etl", "new", "other")}}
+    prober = FilteringProber(answers)
+    # A Dag on another queue is none of this bundle's business: never asked about.
+    store = FakeStore({**stubs_of("etl"), **stubs_of("elsewhere", queue="java")})
+    ports = PassPorts(LocalFolderSyncer(root), prober, store, clock=FakeClock())
+
+    first = await run_pass(SPEC, ports)
+    assert [r.dag_ids for r in prober.requests] == [("etl",)]
+    assert {b.dag_id for b in first.validated.result.bindings} == {"etl"}
+    assert [r.requested_dag_ids for r in store.written[-1].artifacts] == [("etl",)]
+
+    # Nothing new: the answer covers every stub Dag, so it is reused.
+    prober.requests.clear()
+    await run_pass(SPEC, ports)
+    assert prober.requests == []
+
+    # A stub Dag the answer was not asked about: asked again, once, with both.
+    store.dags = {**store.dags, **stubs_of("new")}
+    third = await run_pass(SPEC, ports)
+    assert [r.dag_ids for r in prober.requests] == [("etl", "new")]
+    assert {b.dag_id for b in third.validated.result.bindings} == {"etl", "new"}
+    prober.requests.clear()
+    await run_pass(SPEC, ports)
+    assert prober.requests == []
+
+    # A Dag leaving the queues asks nothing again: the answer still covers what is left.
+    store.dags = stubs_of("new")
+    await run_pass(SPEC, ports)
+    assert prober.requests == []
+
+
+async def test_an_answer_naming_a_dag_it_was_not_asked_about_is_never_reprobed(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "bundle"
+    write_typescript_bundle(root / "extract.min.mjs", b"export const extract = 1;\n")
+    # A runtime of the current protocol ignores dag_ids: it answers every Dag it has.
+    prober = FakeProber({"extract.min.mjs": {"etl": [handler("extract")], "x": []}})
+    store = FakeStore(stubs_of("etl"))
+    ports = PassPorts(LocalFolderSyncer(root), prober, store, clock=FakeClock())
+    await run_pass(SPEC, ports)
+    prober.requests.clear()
+    store.dags = {**store.dags, **stubs_of("new")}
+    await run_pass(SPEC, ports)
+    assert prober.requests == []

@@ -67,6 +67,9 @@ class CountingStore:
         self.loads += 1
         return list(self.known)
 
+    async def requested_dag_ids(self, bundle_name: str) -> Mapping[str, tuple[str, ...]]:
+        return {}
+
     async def stub_inventory(self) -> Mapping[str, DagStubs]:
         return self.dags
 

@@ -14,6 +14,11 @@ unknown mode, ``required``), the original goes to ``declared_task_handlers``. Ro
 not answers at all (another tool's) are left as they are. The rule is spelled out here rather
 than imported: a migration is history.
 
+Only rows the operator wrote are rewritten: every row of a table the operator created
+(``thop_table_origin``), and in a table Airflow created only the rows with a
+``thop_artifact_probe`` row beside them. A row Airflow wrote (its model test stores ``required``
+on parameters) stays exactly as Airflow wrote it: the operator reads that shape as it is.
+
 Downgrade puts the kept originals back and drops the column (``named_or_whole`` stays
 ``named``: validation reads both the same).
 """
@@ -92,12 +97,23 @@ def normalize(raw: Any) -> tuple[dict[str, Any], bool] | None:
     return out, lossy
 
 
+def _rows_the_operator_wrote(bind: sa.Connection) -> list[Any]:
+    created_by = bind.execute(
+        sa.text(
+            "SELECT created_by FROM thop_table_origin "
+            "WHERE table_name = 'lang_sdk_task_handler_artifact'"
+        )
+    ).scalar()
+    query = "SELECT a.id, a.task_handlers, a.last_probed_at FROM lang_sdk_task_handler_artifact a"
+    if created_by != "taskhandler-operator":
+        query += " WHERE EXISTS (SELECT 1 FROM thop_artifact_probe p WHERE p.artifact_id = a.id)"
+    return list(bind.execute(sa.text(query)).all())
+
+
 def upgrade() -> None:
     op.add_column("thop_artifact_probe", sa.Column("declared_task_handlers", sa.JSON()))
     bind = op.get_bind()
-    rows = bind.execute(
-        sa.text("SELECT id, task_handlers, last_probed_at FROM lang_sdk_task_handler_artifact")
-    ).all()
+    rows = _rows_the_operator_wrote(bind)
     for artifact_id, handlers, probed_at in rows:
         normalized = normalize(handlers)
         if normalized is None or normalized[0] == handlers:
