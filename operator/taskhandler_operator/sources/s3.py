@@ -46,7 +46,7 @@ __all__ = ["S3Object", "listing_digest", "sync_s3"]
 
 CONCURRENCY = 8
 CHUNK = 1 << 20
-_MD5_ETAG = re.compile(r"^[0-9a-f]{32}$")
+_MD5_ETAG = re.compile(r"[0-9a-f]{32}")  # fullmatch
 _AUTH_CODES = frozenset(
     {
         "AccessDenied",
@@ -281,7 +281,7 @@ async def _download(
     extra = {"IfMatch": obj.etag} if obj.etag else {}
     response = await client.get_object(Bucket=spec.bucket, Key=obj.key, **extra)
     body = response["Body"]
-    md5 = hashlib.md5(usedforsecurity=False) if _MD5_ETAG.match(obj.etag.strip('"')) else None
+    md5 = hashlib.md5(usedforsecurity=False) if _MD5_ETAG.fullmatch(obj.etag.strip('"')) else None
     entry: OpenEntry = await ctx.blocking(writer.begin_file, obj.rel, 0o644)
     try:
         pending: list[bytes] = []
