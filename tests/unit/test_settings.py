@@ -189,8 +189,8 @@ def test_db_commands_read_the_url_through_the_settings(
 ) -> None:
     assert main(["db", *command, "--url-file", str(tmp_path / "absent")]) == 2
     assert capsys.readouterr().err == (
-        f"error: cannot read the database URL file {tmp_path / 'absent'}: "
-        "No such file or directory\n"
+        f"error: the database URL file {tmp_path / 'absent'}: cannot be opened "
+        "(No such file or directory)\n"
     )
 
 
