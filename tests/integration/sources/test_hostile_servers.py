@@ -390,3 +390,38 @@ def test_fetch_and_sync_refuse_a_timeout_that_is_no_deadline(tmp_path: Path, val
     )
     assert done.returncode == 2 and "must be a positive number of seconds" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def _s3_trickling(body: bytes) -> Answer:
+    """An S3 endpoint listing one object, then sending it a byte a second."""
+    listing = (
+        '<?xml version="1.0" encoding="UTF-8"?>'
+        '<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+        "<Name>bkt</Name><Prefix></Prefix><KeyCount>1</KeyCount><MaxKeys>1000</MaxKeys>"
+        "<IsTruncated>false</IsTruncated><Contents><Key>slow.bin</Key>"
+        "<LastModified>2026-12-01T10:00:00.000Z</LastModified>"
+        f'<ETag>"{hashlib.md5(body, usedforsecurity=False).hexdigest()}"</ETag>'
+        f"<Size>{len(body)}</Size><StorageClass>STANDARD</StorageClass></Contents>"
+        "</ListBucketResult>"
+    ).encode()
+
+    def answer(request: Request, conn: socket.socket) -> None:
+        if "list-type=2" in request.line:
+            respond(conn, "200 OK", [("Content-Type", "application/xml")], listing)
+        else:
+            trickle(conn, body)
+
+    return answer
+
+
+async def test_a_trickling_s3_object_cannot_hold_a_sync_past_its_timeout(
+    raw_server: Callable[[Answer], RawServer], store: RevisionStore
+) -> None:
+    server = raw_server(_s3_trickling(b"s" * 60))
+    source = {"s3": {"bucket": "bkt", "endpoint": server.url, "secretRef": {"name": "k"}}}
+    keys = {"accessKeyID": b"AKIAEXAMPLEKEY123456", "secretAccessKey": b"secret-example-key"}
+    started = time.monotonic()
+    with pytest.raises(SourceTimeout):
+        await sync_source(store, source, keys, within=3)
+    assert time.monotonic() - started < 15
+    assert any("slow.bin" in r.line for r in server.requests)  # it got as far as the download
