@@ -1,4 +1,5 @@
-"""One redaction for every output (issue 25, item 5): each credential form, scrubbed before a cut."""
+"""One redaction for every output (issue 25, item 5): each credential form, scrubbed before
+a cut."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ PAIR = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
         ("key AKIAIOSFODNN7EXAMPLE refused", "AKIAIOSFODNN7EXAMPLE"),
         (
             "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20261201/us-east-1/s3/aws4_request, "
-            "SignedHeaders=host, Signature=fe5f80f77d5fa3beca038a248ff027d0445342fe2855ddc963176630",
+            "SignedHeaders=host, "
+            "Signature=fe5f80f77d5fa3beca038a248ff027d0445342fe2855ddc963176630",
             "fe5f80f77d5",
         ),
         ("https://b.s3/k?X-Amz-Credential=AKIAX%2F2026&X-Amz-Signature=abcdef0123", "abcdef0123"),
