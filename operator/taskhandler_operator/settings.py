@@ -28,12 +28,15 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from taskhandler_operator.inputfiles import InputError, read_bounded, read_text
+
 ENV_PREFIX = "THOP_"
 Port = Annotated[int, Field(ge=1, le=65535)]
 LogFormat = Literal["json", "text"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 #: As sources.signing.MIN_KEY_BYTES (settings import nothing of the product's packages).
 MIN_SIGNING_KEY_BYTES = 32
+SECRET_FILE_MAX_BYTES = 64 << 10  # a URL or a key: a larger file is a mistake
 
 
 class SettingsError(ValueError):
@@ -136,10 +139,10 @@ class Settings(BaseSettings):
             return None
         path = self.database_url_file
         try:
-            url = path.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise SettingsError(f"cannot read the database URL file {path}: {reason}") from None
+            url = read_text(path, "the database URL file", max_bytes=SECRET_FILE_MAX_BYTES)
+        except InputError as exc:
+            raise SettingsError(str(exc)) from None
+        url = url.strip()
         if not url:
             raise SettingsError(f"the database URL file {path} is empty")
         return url
@@ -153,10 +156,10 @@ class Settings(BaseSettings):
         if path is None:
             return None
         try:
-            key = path.read_bytes().strip()
-        except OSError as exc:
-            reason = exc.strerror or str(exc)
-            raise SettingsError(f"cannot read the signing key file {path}: {reason}") from None
+            key = read_bounded(path, "the signing key file", max_bytes=SECRET_FILE_MAX_BYTES)
+        except InputError as exc:
+            raise SettingsError(str(exc)) from None
+        key = key.strip()
         if len(key) < MIN_SIGNING_KEY_BYTES:
             raise SettingsError(
                 f"the signing key file {path} holds {len(key)} bytes; it needs at least "

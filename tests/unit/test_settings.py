@@ -136,7 +136,7 @@ def test_the_database_url_from_a_file_and_never_shown(
     with pytest.raises(SettingsError) as missing:
         load_settings().resolved_database_url()
     assert str(missing.value) == (
-        f"cannot read the database URL file {tmp_path / 'absent'}: No such file or directory"
+        f"the database URL file {tmp_path / 'absent'}: cannot be opened (No such file or directory)"
     )
 
 
@@ -165,7 +165,7 @@ def test_the_signing_key_from_a_file_and_never_shown(
     with pytest.raises(SettingsError) as missing:
         load_settings().resolved_signing_key()
     assert str(missing.value) == (
-        f"cannot read the signing key file {tmp_path / 'absent'}: No such file or directory"
+        f"the signing key file {tmp_path / 'absent'}: cannot be opened (No such file or directory)"
     )
 
 
@@ -176,8 +176,8 @@ def test_run_refuses_an_unusable_signing_key_file_in_one_line(
     argv = ["run", "--database-url", "postgresql://u@h/d", "--signing-key-file", str(absent)]
     assert main(argv) == 2
     assert capsys.readouterr().err == (
-        f"taskhandler-operator run: cannot read the signing key file {absent}: "
-        "No such file or directory\n"
+        f"taskhandler-operator run: the signing key file {absent}: cannot be opened "
+        "(No such file or directory)\n"
     )
 
 
@@ -189,8 +189,8 @@ def test_db_commands_read_the_url_through_the_settings(
 ) -> None:
     assert main(["db", *command, "--url-file", str(tmp_path / "absent")]) == 2
     assert capsys.readouterr().err == (
-        f"error: cannot read the database URL file {tmp_path / 'absent'}: "
-        "No such file or directory\n"
+        f"error: the database URL file {tmp_path / 'absent'}: cannot be opened "
+        "(No such file or directory)\n"
     )
 
 

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from taskhandler_operator.artifacts.models import Candidate, Language
+from taskhandler_operator.inputfiles import InputError, read_bounded
 from taskhandler_operator.limits import KNOWN_ARTIFACTS_MAX_BYTES
 
 _LANGUAGES = [language.value for language in Language]
@@ -161,10 +160,10 @@ def run_plan(args: argparse.Namespace) -> int:
     known: list[TaskHandlerArtifact] = []
     if args.known is not None:
         try:
-            raw = read_bounded(args.known, KNOWN_ARTIFACTS_MAX_BYTES)
+            raw = read_bounded(args.known, "--known", max_bytes=KNOWN_ARTIFACTS_MAX_BYTES)
             known = TypeAdapter(list[TaskHandlerArtifact]).validate_json(raw)
-        except InputRefused as exc:
-            print(f"plan: --known {display(args.known)}: {exc}", file=sys.stderr)
+        except InputError as exc:
+            print(f"plan: {display(exc)}", file=sys.stderr)
             return 2
         except ValidationError as exc:
             print(
@@ -212,35 +211,6 @@ def run_plan(args: argparse.Namespace) -> int:
         f"(bundle {args.bundle_name!r}, {len(known)} known artifact(s))"
     )
     return 0
-
-
-class InputRefused(ValueError):
-    """A file given on the command line that cannot be read as asked (the message says why)."""
-
-
-def read_bounded(path: Path, limit: int) -> bytes:
-    """The whole of a regular file of at most ``limit`` bytes, read once.
-
-    A FIFO, a device (``/dev/zero``) or a directory is refused before anything is read, and
-    the open does not block on a FIFO without a writer.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError as exc:
-        raise InputRefused(f"cannot be opened ({exc.strerror})") from None
-    with os.fdopen(fd, "rb") as handle:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise InputRefused("is not a regular file")
-        if st.st_size > limit:
-            raise InputRefused(f"is {st.st_size} bytes, more than the {limit}-byte limit")
-        try:
-            data = handle.read(limit + 1)
-        except OSError as exc:
-            raise InputRefused(f"cannot be read ({exc.strerror})") from None
-    if len(data) > limit:  # it grew while we read it
-        raise InputRefused(f"is more than the {limit}-byte limit")
-    return data
 
 
 def _first_error(exc: Any) -> str:

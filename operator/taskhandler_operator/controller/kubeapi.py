@@ -470,7 +470,7 @@ class KubeApi:
                     f"read Secret {namespace}/{name}: key {key!r} is not base64"
                 ) from exc
         if self.redactor is not None and data:
-            self.redactor.add(*data.values())
+            self.redactor.add_credentials(data)
         return data
 
     # --- Leases --------------------------------------------------------------------------------

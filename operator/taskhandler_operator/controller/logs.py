@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import contextvars
 import enum
@@ -25,8 +24,7 @@ import logging
 import re
 import sys
 import threading
-import urllib.parse
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -34,33 +32,23 @@ from typing import Any, TextIO
 from pythonjsonlogger.core import RESERVED_ATTRS
 from pythonjsonlogger.json import JsonFormatter
 
-MASK = "***"
-CONTEXT_FIELDS = ("namespace", "name", "revision")
+from taskhandler_operator.redaction import (
+    MASK,
+    compile_values,
+    credential_spellings,
+    scrub_patterns,
+    spellings,
+)
 
-# Names whose value is a credential when they appear as key=value (query strings, DSNs, CLI
-# arguments) or "key": "value" (JSON); compared case-insensitively. Presigned S3 URLs carry
-# their credentials in X-Amz-* parameters, our own signed artifact URLs in sig/signature.
-_SENSITIVE_NAMES = (
-    "password|passwd|pwd|token|access_token|refresh_token|id_token|secret|client_secret"
-    "|secret_key|secret_access_key|api_key|apikey|private_key|sig|signature"
-    "|x-amz-signature|x-amz-credential|x-amz-security-token"
-)
-_KEY_VALUE = re.compile(
-    rf"""(?ix)
-    (?<![\w-])({_SENSITIVE_NAMES})     # the key, not the tail of a longer word
-    ("?\s*[=:]\s*"?)               # = or : (JSON: closing and opening quotes)
-    ([^\s&"',;}}]+)                # the value, up to a separator
-    """
-)
-_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]*):([^/\s@]+)@")
-_AUTH_HEADER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
+CONTEXT_FIELDS = ("namespace", "name", "revision")
 
 
 class Redactor:
     """Replaces secrets in text with ``***``. Thread-safe; secrets can be added at any time.
 
-    Values shorter than ``min_length`` are not registered: scrubbing every "ab" in every line
-    would make the logs unreadable, and such a short secret is not a secret anyway.
+    The values and their spellings, and the patterns, are :mod:`taskhandler_operator.redaction`'s
+    (one redaction for logs, events, status and CLI output). Values shorter than ``min_length``
+    are not registered: scrubbing every "ab" in every line would make the logs unreadable.
     """
 
     def __init__(self, secrets: Iterable[str | bytes] = (), *, min_length: int = 6) -> None:
@@ -71,35 +59,30 @@ class Redactor:
         self.add(*secrets)
 
     def add(self, *secrets: str | bytes) -> None:
-        spellings: set[str] = set()
+        found: set[str] = set()
         for secret in secrets:
-            raw = secret if isinstance(secret, bytes) else secret.encode("utf-8", "surrogatepass")
-            text = raw.decode("utf-8", "replace")
-            # The same value as it shows up in a dumped Secret object and in a URL.
-            for spelling in (
-                text,
-                base64.b64encode(raw).decode("ascii"),
-                urllib.parse.quote(text, safe=""),
-            ):
-                if len(spelling) >= self._min_length:
-                    spellings.add(spelling)
-        if not spellings:
+            found |= spellings(secret)
+        self._register(found)
+
+    def add_credentials(self, credentials: Mapping[str, bytes]) -> None:
+        """A Secret's data: its values and the basic-auth pairs they form."""
+        self._register(credential_spellings(credentials))
+
+    def _register(self, found: set[str]) -> None:
+        found = {s for s in found if len(s) >= self._min_length}
+        if not found:
             return
         with self._lock:
-            if spellings <= self._values:
+            if found <= self._values:
                 return
-            self._values |= spellings
-            # Longest first, so a secret that contains another is masked whole.
-            alternatives = sorted(self._values, key=len, reverse=True)
-            self._pattern = re.compile("|".join(re.escape(value) for value in alternatives))
+            self._values |= found
+            self._pattern = compile_values(self._values)
 
     def __call__(self, text: str) -> str:
         pattern = self._pattern
         if pattern is not None:
             text = pattern.sub(MASK, text)
-        text = _URL_USERINFO.sub(rf"\1:{MASK}@", text)
-        text = _KEY_VALUE.sub(rf"\1\2{MASK}", text)
-        return _AUTH_HEADER.sub(rf"\1 {MASK}", text)
+        return scrub_patterns(text)
 
 
 # --- bundle context ------------------------------------------------------------------------

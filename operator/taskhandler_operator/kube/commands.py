@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from taskhandler_operator.inputfiles import InputError, read_text
 from taskhandler_operator.kube.names import CRD_FILE
 from taskhandler_operator.kube.rbac import RULES_FILE
 
@@ -88,9 +89,9 @@ def _print_or_check(
     path: Path = args.file
     regenerate = f"regenerate it: taskhandler-operator {command} > {path}"
     try:
-        committed = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        print(f"error: cannot read {path}: {exc.strerror or exc}; {regenerate}", file=sys.stderr)
+        committed = read_text(path)  # bounded: a FIFO or /dev/zero given as --file cannot hang
+    except InputError as exc:
+        print(f"error: {exc}; {regenerate}", file=sys.stderr)
         return EXIT_DRIFT
     if committed != text:
         print(f"error: {path} does not match {source}; {regenerate}", file=sys.stderr)

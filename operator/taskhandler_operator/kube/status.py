@@ -17,6 +17,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_serial
 from pydantic.alias_generators import to_camel
 
 from taskhandler_operator.kube.markers import ListType
+from taskhandler_operator.redaction import scrub
 
 __all__ = [
     "MAX_ARTIFACTS",
@@ -63,8 +64,11 @@ def shorten(text: str, limit: int, keep_end: bool = False) -> str:
 
 
 def _fit(limit: int, keep_end: bool = False) -> BeforeValidator:
-    # Status is a report: a long text is cut to fit rather than refused.
-    return BeforeValidator(lambda v: shorten(v, limit, keep_end) if isinstance(v, str) else v)
+    # Status is a report: a long text is cut to fit rather than refused. It is scrubbed of
+    # credentials first, whole: a credential across the cut must leave no prefix.
+    return BeforeValidator(
+        lambda v: shorten(scrub(v), limit, keep_end) if isinstance(v, str) else v
+    )
 
 
 ConditionMessage = Annotated[

@@ -7,11 +7,31 @@ the standard library's ``urllib`` only.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
+from taskhandler_operator.inputfiles import (
+    MAX_INPUT_BYTES,
+    InputError,
+    decode_utf8,
+    load_yaml_documents,
+    read_bounded,
+)
+
 _LANGUAGES = ["go", "java", "typescript"]
+
+
+def _seconds(text: str) -> float:
+    """A positive, finite number of seconds (``nan``, ``inf``, 0 and negatives are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -30,7 +50,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--manifest-file", type=Path, metavar="F", help="a file holding the manifest"
     )
     fetch.add_argument(
-        "--timeout", type=float, default=300.0, metavar="S", help="for everything (default 300)"
+        "--timeout",
+        type=_seconds,
+        default=300.0,
+        metavar="S",
+        help="a deadline for everything, connections included (default 300)",
     )
     fetch.add_argument(
         "--max-bytes",
@@ -73,7 +97,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     sync.add_argument("--bundle", metavar="NAME", help="store bundle name (default: metadata.name)")
     sync.add_argument(
-        "--timeout", type=float, default=300.0, metavar="S", help="for the sync (default 300)"
+        "--timeout", type=_seconds, default=300.0, metavar="S", help="for the sync (default 300)"
     )
     sync.add_argument("--keep", type=int, default=3, metavar="N", help="revisions kept (default 3)")
     sync.add_argument("--json", action="store_true", help="print JSON")
@@ -99,12 +123,17 @@ def run_fetch(args: argparse.Namespace) -> int:
         if args.manifest is not None:
             text = args.manifest
         elif str(args.manifest_file) == "-":
-            text = sys.stdin.read()
+            data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+            if len(data) > MAX_INPUT_BYTES:
+                raise InputError(f"the manifest on stdin is over {MAX_INPUT_BYTES} bytes")
+            text = decode_utf8(data, "the manifest on stdin")
         else:
-            text = args.manifest_file.read_text(encoding="utf-8")
+            text = decode_utf8(
+                read_bounded(args.manifest_file, "manifest"), f"manifest {args.manifest_file}"
+            )
         items = parse_manifest(text)
-    except OSError as exc:
-        print(f"fetch: cannot read {args.manifest_file}: {exc.strerror}", file=sys.stderr)
+    except InputError as exc:
+        print(f"fetch: {_one_line(str(exc))}", file=sys.stderr)
         return 2
     except ManifestError as exc:
         print(f"fetch: {_one_line(str(exc))}", file=sys.stderr)
@@ -134,19 +163,9 @@ def run_fetch(args: argparse.Namespace) -> int:
 # -- sync ----------------------------------------------------------------------------------
 
 
-class InputError(Exception):
-    """A bad input file; the message is one line."""
-
-
 def _load_yaml(path: Path) -> Any:
-    import yaml
-
-    try:
-        documents = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path} is not YAML: {_one_line(str(exc))}") from None
+    data = read_bounded(path)
+    documents = load_yaml_documents(decode_utf8(data, str(path)), str(path))
     if len(documents) != 1:
         raise InputError(f"{path} must hold exactly one YAML document, found {len(documents)}")
     return documents[0]
@@ -163,10 +182,17 @@ def read_bundle(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         metadata = document.get("metadata") or {}
         if not isinstance(spec, dict) or not isinstance(spec.get("source"), dict):
             raise InputError(f"{path}: spec.source is missing")
-        if isinstance(metadata, dict):
-            facts["name"] = metadata.get("name")
-            facts["namespace"] = metadata.get("namespace")
-        facts["language"] = spec.get("language")
+        if not isinstance(metadata, dict):
+            raise InputError(f"{path}: metadata must be a mapping")
+        for key in ("name", "namespace"):
+            value = metadata.get(key)
+            if value is not None and not isinstance(value, str):
+                raise InputError(f"{path}: metadata.{key} must be a string")
+            facts[key] = value
+        language = spec.get("language")
+        if language is not None and not isinstance(language, str):
+            raise InputError(f"{path}: spec.language must be a string")
+        facts["language"] = language
         return spec["source"], facts
     if "source" in document and isinstance(document["source"], dict):
         return document["source"], facts
@@ -183,15 +209,39 @@ def read_secret(path: Path) -> dict[str, bytes]:
         raise InputError(f"{path} must be a mapping")
     if document.get("kind") == "Secret" or "data" in document or "stringData" in document:
         found: dict[str, bytes] = {}
-        for key, value in (document.get("data") or {}).items():
+        for key, value in _string_mapping(document.get("data"), path, "data").items():
             try:
-                found[str(key)] = base64.b64decode(str(value), validate=True)
+                found[key] = base64.b64decode(value, validate=True)
             except (binascii.Error, ValueError):
                 raise InputError(f"{path}: data.{key} is not base64") from None
-        for key, value in (document.get("stringData") or {}).items():
-            found[str(key)] = str(value).encode()
+        for key, value in _string_mapping(document.get("stringData"), path, "stringData").items():
+            found[key] = value.encode("utf-8", "surrogatepass")
         return found
-    return {str(key): str(value).encode() for key, value in document.items()}
+    return {
+        key: value.encode("utf-8", "surrogatepass")
+        for key, value in _string_mapping(document, path, "").items()
+    }
+
+
+def _string_mapping(value: Any, path: Path, where: str) -> dict[str, str]:
+    """``value`` as a mapping of string keys to text (numbers and booleans written out)."""
+    label = f"{path}: {where}" if where else str(path)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(f"{label} must be a mapping of keys to strings")
+    found: dict[str, str] = {}
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise InputError(f"{label}: key {str(key)[:40]!r} must be a string")
+        if isinstance(item, bool):
+            item = "true" if item else "false"
+        elif isinstance(item, int | float):
+            item = str(item)
+        if not isinstance(item, str):
+            raise InputError(f"{label}{'.' if where else ': '}{key[:80]} must be a string")
+        found[key] = item
+    return found
 
 
 def run_sync(args: argparse.Namespace) -> int:

@@ -1,15 +1,18 @@
 """Typed failures of a sync: each carries a CamelCase ``reason`` for a Kubernetes condition.
 
 Messages say what failed, for which URL/bucket/folder, and what to check. They never contain a
-credential: URLs are shown without user info or query (``shown_url``), process output is passed
-through :func:`redact` with the Secret's values, and :func:`~taskhandler_operator.sources.sync.
-sync` redacts every message once more before it leaves the package.
+credential: URLs are shown without user info or query (``shown_url``), every message is scrubbed
+of recognisable credentials (:func:`taskhandler_operator.redaction.scrub`) *before* it is cut to
+``MAX_MESSAGE_LENGTH``, and :func:`~taskhandler_operator.sources.sync.sync` scrubs the uncut
+text once more with the Secret's values (``full_message``) before it leaves the package.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from urllib.parse import urlsplit
+
+from taskhandler_operator.redaction import MIN_SECRET_LENGTH, cut, scrub
 
 __all__ = [
     "ArchiveRefused",
@@ -30,10 +33,11 @@ __all__ = [
 ]
 
 REDACTED = "***"
-# Values shorter than this are not redacted on their own: replacing "a" or "git" everywhere
-# would shred the message without protecting anything a reader could not guess.
-MIN_REDACTED_LENGTH = 4
+MIN_REDACTED_LENGTH = MIN_SECRET_LENGTH
 MAX_MESSAGE_LENGTH = 1000
+# What is kept of a message before the cut, for the second redaction in ``sync``: generous
+# (a credential near the cut must be seen whole), bounded (a hostile server's text is not).
+MAX_FULL_MESSAGE_LENGTH = 16 * MAX_MESSAGE_LENGTH
 
 
 class SourceError(Exception):
@@ -44,10 +48,10 @@ class SourceError(Exception):
     permanent = False
 
     def __init__(self, message: str) -> None:
-        one_line = " ".join(message.split())
-        if len(one_line) > MAX_MESSAGE_LENGTH:
-            one_line = one_line[: MAX_MESSAGE_LENGTH - 3] + "..."
-        super().__init__(one_line)
+        # Scrubbed whole, then cut: cutting first could leave a credential's prefix behind.
+        one_line = scrub(" ".join(message[: MAX_FULL_MESSAGE_LENGTH * 2].split()))
+        self.full_message = cut(one_line, MAX_FULL_MESSAGE_LENGTH)
+        super().__init__(cut(one_line, MAX_MESSAGE_LENGTH))
 
     @property
     def message(self) -> str:
@@ -136,15 +140,6 @@ def shown_url(url: str) -> str:
 
 
 def redact(text: str, secrets: Iterable[str | bytes]) -> str:
-    """``text`` with every secret value (and each of its lines) replaced by ``***``."""
-    values: set[str] = set()
-    for secret in secrets:
-        value = secret.decode("utf-8", "replace") if isinstance(secret, bytes) else secret
-        for candidate in (value, value.strip(), *value.splitlines()):
-            candidate = candidate.strip()
-            if len(candidate) >= MIN_REDACTED_LENGTH:
-                values.add(candidate)
-    # Longest first, so a value containing another is replaced whole.
-    for value in sorted(values, key=len, reverse=True):
-        text = text.replace(value, REDACTED)
-    return text
+    """``text`` with every secret value (in each spelling) and every recognisable credential
+    replaced by ``***`` (:func:`taskhandler_operator.redaction.scrub`)."""
+    return scrub(text, secrets)

@@ -11,12 +11,16 @@ bytes (an init container restarted in the same pod) is kept. Connection errors, 
 short reads and digest mismatches are retried with exponential back-off; 4xx answers are not
 (an expired or altered URL will not get better). The whole run is bounded by ``timeout``
 seconds and ``max_bytes``; the first failure stops the others and is reported as one line.
+
+The timeout is a deadline, not a per-read timeout: a server trickling a byte a second resets a
+socket timeout at every byte, so every connection is registered with the run and a watchdog
+shuts them all down when the deadline passes, waking any read blocked on them.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
+import math
 import os
 import random
 import re
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from taskhandler_operator.redaction import scrub
 from taskhandler_operator.sources.paths import UnsafePath, safe_rel_path
 
 __all__ = [
@@ -51,8 +56,10 @@ BACKOFF_MAX = 5.0
 USER_AGENT = "taskhandler-operator-fetch"
 DIGEST_HEADER = "X-Artifact-Sha256"  # the artifact server's; checked when present
 EXECUTABLE_HEADER = "X-Artifact-Executable"
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_SHA256 = re.compile(r"[0-9a-f]{64}")  # fullmatch: '$' also matches before a final newline
 _KEYS = frozenset({"path", "url", "sha256", "size", "executable"})
+MAX_MANIFEST_ITEMS = 100_000
+MAX_URL_CHARS = 8192
 
 
 class ManifestError(ValueError):
@@ -60,7 +67,11 @@ class ManifestError(ValueError):
 
 
 class FetchError(Exception):
-    """A download failed for good; the message is one line naming the file."""
+    """A download failed for good; the message is one line naming the file (scrubbed of
+    credentials)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(scrub(message))
 
 
 class _Retry(Exception):
@@ -90,12 +101,16 @@ def _shown(url: str) -> str:
 
 
 def parse_manifest(text: str) -> list[FetchItem]:
+    from taskhandler_operator.inputfiles import InputError, parse_json
+
     try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise ManifestError(f"manifest is not JSON ({exc})") from None
+        data = parse_json(text, "manifest")
+    except InputError as exc:
+        raise ManifestError(str(exc)) from None
     if not isinstance(data, list):
         raise ManifestError("manifest must be a JSON list of {path, url, sha256, size}")
+    if len(data) > MAX_MANIFEST_ITEMS:
+        raise ManifestError(f"manifest lists {len(data)} items, more than {MAX_MANIFEST_ITEMS}")
     items: list[FetchItem] = []
     seen: set[str] = set()
     for index, raw in enumerate(data):
@@ -129,7 +144,8 @@ def parse_manifest(text: str) -> list[FetchItem]:
         seen.add(clean)
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ManifestError(f"{where} ({clean}): url must be an http:// or https:// URL")
-        if not isinstance(sha256, str) or not _SHA256.match(sha256):
+        _check_url(url, f"{where} ({clean})")
+        if not isinstance(sha256, str) or not _SHA256.fullmatch(sha256):
             raise ManifestError(f"{where} ({clean}): sha256 must be 64 lowercase hex digits")
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise ManifestError(f"{where} ({clean}): size must be a non-negative integer")
@@ -137,6 +153,21 @@ def parse_manifest(text: str) -> list[FetchItem]:
             raise ManifestError(f"{where} ({clean}): executable must be true or false")
         items.append(FetchItem(clean, url, sha256, size, executable))
     return items
+
+
+def _check_url(url: str, where: str) -> None:
+    """Refuse a URL urllib would fail on later with a bare ValueError."""
+    from urllib.parse import urlsplit
+
+    if len(url) > MAX_URL_CHARS or any(c <= " " or c == "\x7f" for c in url):
+        raise ManifestError(f"{where}: url is over {MAX_URL_CHARS} characters or has a space")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ManifestError(f"{where}: url {_shown(url)!r} is not a valid URL ({exc})") from None
+    if not parts.hostname or port == 0:
+        raise ManifestError(f"{where}: url {_shown(url)!r} has no host or a bad port")
 
 
 class _Run:
@@ -151,15 +182,74 @@ class _Run:
         self.lock = threading.Lock()
         self.total_attempts = 0
         self.downloaded = 0
+        self.expired = False
+        self._sockets: set[Any] = set()
 
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
 
+    def register(self, sock: Any) -> None:
+        """A connection's socket, shut down by :meth:`expire` if still open at the deadline."""
+        with self.lock:
+            if self.expired:
+                _shut(sock)
+            self._sockets.add(sock)
+
+    def expire(self) -> None:
+        """The deadline passed: wake every read blocked on a socket, and stop."""
+        with self.lock:
+            self.expired = True
+            sockets = list(self._sockets)
+        self.stop.set()
+        for sock in sockets:
+            _shut(sock)
+
     def check(self, item: FetchItem) -> None:
+        if self.expired or self.remaining() <= 0:
+            raise FetchError(f"{item.path}: not done within the {self.timeout:g}s timeout")
         if self.stop.is_set():
             raise FetchError(f"{item.path}: stopped after another file failed")
-        if self.remaining() <= 0:
-            raise FetchError(f"{item.path}: not done within the {self.timeout:g}s timeout")
+
+
+def _shut(sock: Any) -> None:
+    import contextlib
+    import socket
+
+    with contextlib.suppress(OSError):  # already closed
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+def _opener(run: _Run) -> Any:
+    """A urllib opener without proxies whose connections register with ``run``."""
+    import http.client
+    import urllib.request
+
+    class _Tracked:
+        # Registered for the whole run: the connection object lets go of its socket after the
+        # headers while the response still reads the body from it. A socket object closed for
+        # real has no file descriptor left, so a late shutdown cannot hit another one.
+        def connect(self) -> None:
+            super().connect()  # type: ignore[misc]
+            run.register(self.sock)  # type: ignore[attr-defined]
+
+    class _Http(_Tracked, http.client.HTTPConnection):
+        pass
+
+    class _Https(_Tracked, http.client.HTTPSConnection):
+        pass
+
+    class _HttpHandler(urllib.request.HTTPHandler):
+        def http_open(self, req: Any) -> Any:
+            return self.do_open(_Http, req)
+
+    class _HttpsHandler(urllib.request.HTTPSHandler):
+        def https_open(self, req: Any) -> Any:
+            return self.do_open(_Https, req)
+
+    # No proxies from the environment: the artifact server is reached directly.
+    return urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), _HttpHandler(), _HttpsHandler()
+    )
 
 
 def _parent(dest: Path, rel: str) -> Path:
@@ -251,7 +341,13 @@ def _attempt(opener: Any, item: FetchItem, run: _Run, folder: Path, leaf: str) -
         temporary.chmod(0o755 if executable else 0o644)
         temporary.replace(folder / leaf)
         return None if flag is None else flag == "1"
-    except (urllib.error.URLError, HTTPException, ConnectionError, TimeoutError) as exc:
+    except (urllib.error.URLError, HTTPException, OSError) as exc:
+        if run.expired or run.remaining() <= 0:
+            raise FetchError(f"{item.path}: not done within the {run.timeout:g}s timeout") from None
+        if not isinstance(
+            exc, urllib.error.URLError | HTTPException | ConnectionError | TimeoutError
+        ):
+            raise  # a local file error: not worth another attempt
         reason = getattr(exc, "reason", None) or exc
         raise _Retry(f"{type(exc).__name__}: {reason}") from None
     finally:
@@ -308,8 +404,8 @@ def fetch_all(
     parallel: int = DEFAULT_PARALLEL,
 ) -> FetchResult:
     """Download ``items`` into ``dest``; raises FetchError (one line) on the first failure."""
-    import urllib.request
-
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
     started = time.monotonic()
     total = sum(item.size for item in items)
     if total > max_bytes:
@@ -318,10 +414,12 @@ def fetch_all(
         dest.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise FetchError(f"cannot create {dest}: {exc.strerror}") from None
-    # No proxies from the environment: the artifact server is reached directly.
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     run = _Run(dest, timeout, max(1, attempts))
+    opener = _opener(run)
     errors: list[FetchError] = []
+    watchdog = threading.Timer(timeout, run.expire)
+    watchdog.daemon = True
+    watchdog.start()
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(items) or 1))) as pool:
         futures = [pool.submit(_fetch_one, opener, item, run) for item in items]
         for future in futures:
@@ -334,6 +432,7 @@ def fetch_all(
             except OSError as exc:
                 run.stop.set()
                 errors.append(FetchError(f"cannot write into {dest}: {exc}"))
+    watchdog.cancel()
     if errors:
         # The first real cause, not the "stopped after another file failed" echoes.
         primary = next((e for e in errors if "stopped after" not in str(e)), errors[0])

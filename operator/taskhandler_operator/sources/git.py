@@ -79,7 +79,7 @@ PASSED_ENV = (
     "SSL_CERT_FILE", "SSL_CERT_DIR", "GIT_SSL_CAINFO",
 )  # fmt: skip
 _SCP_LIKE = re.compile(r"^(?:[A-Za-z0-9._~-]+@)?[A-Za-z0-9.-]+:(?!//)")
-_OID = re.compile(r"^[0-9a-f]{40}$")
+_OID = re.compile(r"[0-9a-f]{40}")  # fullmatch: '$' also matches before a final newline
 
 
 def is_ssh(url: str) -> bool:
@@ -362,7 +362,7 @@ async def resolve_ref(git: GitRunner, spec: GitSource, has_credentials: bool) ->
     found: dict[str, str] = {}
     for line in result.stdout.decode("utf-8", "replace").splitlines():
         oid, _, name = line.partition("\t")
-        if _OID.match(oid):
+        if _OID.fullmatch(oid):
             found[name] = oid
     if ref.startswith("refs/"):
         commit = found.get(f"{ref}^{{}}") or found.get(ref)
@@ -467,7 +467,7 @@ async def fetch_commit(
         raise _failure("git fetch of", spec.url, result, has_credentials)
     peeled = await git.run("rev-parse", "--verify", "refs/thop/fetched^{commit}", cwd=mirror)
     commit = peeled.stdout.decode().strip()
-    if peeled.returncode != 0 or not _OID.match(commit):
+    if peeled.returncode != 0 or not _OID.fullmatch(commit):
         raise GitFetchFailed(f"git fetch of {shown_url(spec.url)} did not yield a commit")
     return commit
 

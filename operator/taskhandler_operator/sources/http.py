@@ -8,19 +8,27 @@ validator (no ETag, no Last-Modified) a kept revision with the pinned digest is 
 without asking: the pin already says what the content is.
 
 Credentials (a bearer ``token`` or ``username``/``password``) are sent to the URL's own origin
-only: redirects are followed by hand, and a redirect to another scheme, host or port drops them.
+only: redirects are followed by hand, and a redirect to another scheme, host or port drops them;
+a redirect to a URL that cannot be parsed (a port out of range) is a typed ``HttpFetchFailed``.
+
+Validators are the server's text sent back on the next sync, so they are checked before they are
+stored and again when read back (RFC 9110 syntax: visible ASCII, bounded length): an invalid one
+is dropped with a warning, and a record written before this check cannot poison later syncs.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import posixpath
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
+from taskhandler_operator.redaction import cut, scrub
 from taskhandler_operator.sources.archive import extract_archive
 from taskhandler_operator.sources.credentials import secret_text
 from taskhandler_operator.sources.errors import (
@@ -43,11 +51,50 @@ if TYPE_CHECKING:
 
 __all__ = ["file_name", "sync_http"]
 
+log = logging.getLogger(__name__)
+
 MAX_REDIRECTS = 5
 CHUNK = 1 << 20
 CONNECT_TIMEOUT = 30.0
 READ_TIMEOUT = 60.0  # between two reads of the body; the sync's timeout bounds the whole
 USER_AGENT = "taskhandler-operator"
+# RFC 9110 §8.8.3: entity-tag = [ "W/" ] DQUOTE *etagc DQUOTE, etagc = visible ASCII but '"'
+# (obs-text refused: it would not survive being sent back). Unquoted tags, which some servers
+# send, are accepted when they are visible ASCII too. §5.6.7: an HTTP-date is visible ASCII and
+# spaces. Both bounded: a validator is stored and sent back on every sync.
+MAX_VALIDATOR_CHARS = 256
+_ETAG = re.compile(r'(?:W/)?"[\x21\x23-\x7e]*"|[\x21-\x7e]+')
+_HTTP_DATE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?")
+_VALIDATORS = {"etag": ("ETag", _ETAG), "lastModified": ("Last-Modified", _HTTP_DATE)}
+
+
+def valid_validator(key: str, value: object) -> str | None:
+    """``value`` when it is a well-formed ETag (``key`` 'etag') or Last-Modified
+    ('lastModified'), else None."""
+    if not isinstance(value, str) or not value or len(value) > MAX_VALIDATOR_CHARS:
+        return None
+    return value if _VALIDATORS[key][1].fullmatch(value) else None
+
+
+def _checked_validators(found: Mapping[str, object], url: str, where: str) -> dict[str, str]:
+    """The well-formed validators of ``found``; each bad one is dropped with a warning."""
+    kept: dict[str, str] = {}
+    for key, (header, _pattern) in _VALIDATORS.items():
+        value = found.get(key)
+        if value is None or value == "":
+            continue
+        checked = valid_validator(key, value)
+        if checked is None:
+            log.warning(
+                "ignoring the invalid %s %s for %s (not visible ASCII, or over %d characters)",
+                header,
+                where,
+                shown_url(url),
+                MAX_VALIDATOR_CHARS,
+            )
+            continue
+        kept[key] = checked
+    return kept
 
 
 def file_name(spec: HttpSource) -> str:
@@ -122,8 +169,15 @@ async def _get(
         if response.status in (301, 302, 303, 307, 308) and "Location" in response.headers:
             location = response.headers["Location"]
             response.release()
-            target = str(yarl.URL(current, encoded=True).join(yarl.URL(location)))
-            if urlsplit(target).scheme not in ("http", "https"):
+            try:
+                target = str(yarl.URL(current, encoded=True).join(yarl.URL(location)))
+                parts = urlsplit(target)
+                _port = parts.port  # raises ValueError when out of range or not a number
+            except (ValueError, TypeError) as exc:
+                raise HttpFetchFailed(
+                    f"GET {shown_url(url)} redirected to an invalid URL ({exc}); refused"
+                ) from None
+            if parts.scheme not in ("http", "https") or not parts.hostname:
                 raise HttpFetchFailed(f"GET {shown_url(url)} redirected to a non-HTTP URL; refused")
             current = target
             continue
@@ -160,10 +214,12 @@ async def sync_http(
     if kept is not None:
         details = kept.details
         if details.get("urlDigest") == url_digest:
-            if details.get("etag"):
-                conditional["If-None-Match"] = details["etag"]
-            if details.get("lastModified"):
-                conditional["If-Modified-Since"] = details["lastModified"]
+            # A record from before validators were checked may hold a bad one: ignore it.
+            stored = _checked_validators(details, spec.url, "in the kept revision's record")
+            if "etag" in stored:
+                conditional["If-None-Match"] = stored["etag"]
+            if "lastModified" in stored:
+                conditional["If-Modified-Since"] = stored["lastModified"]
         if not conditional:
             # Nothing to ask the server that the pin does not already answer.
             existing = await ctx.existing(rev_id)
@@ -187,10 +243,14 @@ async def sync_http(
                     )
                 if response.status != 200:
                     raise _status_error(got.url, response.status, response.reason, auth is not None)
-                validators = {
-                    "etag": response.headers.get("ETag"),
-                    "lastModified": response.headers.get("Last-Modified"),
-                }
+                validators = _checked_validators(
+                    {
+                        "etag": response.headers.get("ETag"),
+                        "lastModified": response.headers.get("Last-Modified"),
+                    },
+                    spec.url,
+                    "the server sent",
+                )
                 return await _download_and_build(
                     spec, name, rev_id, response, validators, url_digest, ctx
                 )
@@ -202,8 +262,8 @@ async def sync_http(
 
 def _describe_client_error(exc: BaseException, url: str) -> str:
     text = str(exc) or type(exc).__name__
-    # aiohttp may quote the URL; the query string can hold a signature.
-    return text.replace(url, shown_url(url))[:300]
+    # aiohttp may quote the URL; the query string can hold a signature. Scrubbed, then cut.
+    return cut(scrub(text.replace(url, shown_url(url))), 300)
 
 
 async def _download_and_build(
@@ -211,7 +271,7 @@ async def _download_and_build(
     name: str | None,
     rev_id: str,
     response: aiohttp.ClientResponse,
-    validators: dict[str, str | None],
+    validators: dict[str, str],
     url_digest: str,
     ctx: SyncContext,
 ) -> Revision:

@@ -24,8 +24,9 @@ MAX_PATH_BYTES = 1024
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Kubernetes object names (DNS-1123 subdomain) are what namespaces and bundles are named with.
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
-_REVISION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+# Matched whole (fullmatch): '$' would also match before a final newline ("ns\n").
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+_REVISION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 
 class UnsafePath(ValueError):
@@ -60,13 +61,13 @@ def safe_rel_path(name: str) -> str:
 
 def check_name(value: str, what: str) -> str:
     """A namespace or bundle name usable as one folder name (Kubernetes naming rules)."""
-    if len(value) > 253 or not _NAME.match(value):
+    if not isinstance(value, str) or len(value) > 253 or not _NAME.fullmatch(value):
         raise ValueError(f"{what} {value!r} is not a valid Kubernetes object name")
     return value
 
 
 def check_revision_id(value: str) -> str:
     """A revision id usable as one folder name (never hidden, never '..')."""
-    if not _REVISION_ID.match(value):
+    if not isinstance(value, str) or not _REVISION_ID.fullmatch(value):
         raise ValueError(f"revision id {value!r} is not [A-Za-z0-9][A-Za-z0-9._-]*")
     return value

@@ -55,7 +55,7 @@ LIST_PAGE_KEYS = 500
 #: Pages a listing may take: servers return up to the page size asked for; this allows pages
 #: averaging 50 keys before the store's entry cap is reached, and stops an endless listing.
 MIN_KEYS_PER_PAGE = 50
-_MD5_ETAG = re.compile(r"^[0-9a-f]{32}$")
+_MD5_ETAG = re.compile(r"[0-9a-f]{32}")  # fullmatch
 _AUTH_CODES = frozenset(
     {
         "AccessDenied",
@@ -401,7 +401,7 @@ async def _download(
     extra = {"IfMatch": obj.etag} if obj.etag else {}
     response = await client.get_object(Bucket=spec.bucket, Key=obj.key, **extra)
     body = response["Body"]
-    md5 = hashlib.md5(usedforsecurity=False) if _MD5_ETAG.match(obj.etag.strip('"')) else None
+    md5 = hashlib.md5(usedforsecurity=False) if _MD5_ETAG.fullmatch(obj.etag.strip('"')) else None
     entry: OpenEntry = await ctx.blocking(writer.begin_file, obj.rel, 0o644)
     try:
         pending: list[bytes] = []

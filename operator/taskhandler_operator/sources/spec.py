@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
 
 __all__ = [
     "GIT_SECRET_KEYS",
@@ -43,9 +44,26 @@ GIT_SECRET_KEYS = ("username", "password", "token", "identity", "known_hosts")
 HTTP_SECRET_KEYS = ("token", "username", "password")
 S3_SECRET_KEYS = ("accessKeyID", "secretAccessKey", "sessionToken")
 
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_COMMIT = re.compile(r"[0-9a-f]{40}")
 # scp-like git address: [user@]host:path (no scheme, the colon before any slash).
-_SCP_LIKE = re.compile(r"^(?:[A-Za-z0-9._~-]+@)?[A-Za-z0-9.-]+:(?!//)[^\s]+$")
+_SCP_LIKE = re.compile(r"(?:[A-Za-z0-9._~-]+@)?[A-Za-z0-9.-]+:(?!//)[^\s]+")
+
+# An http(s) URL's port, checked by the model and by the CRD (the same message): a port out of
+# range or not a number would pass both and fail at every sync as an untyped error. The CRD
+# states it as one regular expression: CEL's url() library is costed far over the apiserver's
+# budget for a 2,048-character string, ``matches`` is not.
+URL_PORT_MESSAGE = "must be a valid URL whose port, if any, is a number from 1 to 65535"
+_PORT = r"0*([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+URL_PATTERN = (
+    r"^[hH][tT][tT][pP][sS]?://(\[[0-9A-Za-z:.%]+\]|[^/?#:\[\]@ ]+)"
+    rf"(:({_PORT})?)?([/?#].*)?$"
+)
+_URL = re.compile(URL_PATTERN)
+# A single-quoted CEL string literal (the pattern holds backslashes, no quote).
+_PORT_RULE = "self.matches('" + URL_PATTERN.replace("\\", "\\\\") + "')"
+URL_PORT_RULE: JsonDict = {
+    "x-kubernetes-validations": [{"rule": _PORT_RULE, "message": URL_PORT_MESSAGE}]
+}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -73,11 +91,19 @@ def _relative_folder(value: str, what: str) -> str:
 
 
 def _http_url(value: str, what: str) -> str:
-    parts = urlsplit(value)
+    try:
+        parts = urlsplit(value)
+        port = parts.port  # ValueError: not a number, or out of 0-65535
+    except ValueError:
+        raise ValueError(f"{what} {URL_PORT_MESSAGE}") from None
+    if port == 0:
+        raise ValueError(f"{what} {URL_PORT_MESSAGE}")
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{what} must be an http:// or https:// URL, got {_shown(value)!r}")
     if parts.username is not None or parts.password is not None:
         raise ValueError(f"{what} must not carry credentials; put them in the Secret (secretRef)")
+    if not _URL.fullmatch(value):  # the CRD's rule, so both refuse the same URLs
+        raise ValueError(f"{what} {URL_PORT_MESSAGE}")
     return value
 
 
@@ -85,11 +111,12 @@ def _shown(url: str) -> str:
     """A URL safe to echo in an error: no user info, no query (it may hold a signature)."""
     try:
         parts = urlsplit(url)
+        port = parts.port
     except ValueError:
         return "<unparsable URL>"
     host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
+    if port is not None:
+        host = f"{host}:{port}"
     if not parts.scheme:
         return url.split("@", 1)[-1][:200]
     return f"{parts.scheme}://{host}{parts.path}"[:200]
@@ -139,9 +166,15 @@ class GitSource(_Spec):
     def _check_url(cls, value: str) -> str:
         if _CONTROL.search(value) or value.startswith("-"):
             raise ValueError("git url contains a control character or starts with '-'")
-        if _SCP_LIKE.match(value):
+        if _SCP_LIKE.fullmatch(value):
             return value
-        parts = urlsplit(value)
+        try:
+            parts = urlsplit(value)
+            port = parts.port
+        except ValueError:
+            raise ValueError(f"git url {URL_PORT_MESSAGE}") from None
+        if port == 0:
+            raise ValueError(f"git url {URL_PORT_MESSAGE}")
         if parts.scheme not in ("https", "http", "ssh") or not parts.hostname:
             raise ValueError(
                 f"git url must be https://, http://, ssh:// or user@host:path, got "
@@ -174,7 +207,7 @@ class GitSource(_Spec):
 
     @property
     def is_commit(self) -> bool:
-        return _COMMIT.match(self.ref) is not None
+        return _COMMIT.fullmatch(self.ref) is not None
 
 
 class HttpSource(_Spec):
@@ -183,6 +216,7 @@ class HttpSource(_Spec):
     url: str = Field(
         min_length=1,
         max_length=2048,
+        json_schema_extra=URL_PORT_RULE,
         description="URL of the file or archive (http:// or https://). A path ending in "
         ".tar.gz, .tgz, .tar or .zip is extracted; anything else is stored as one file named "
         "after the URL's last path segment.",
@@ -233,6 +267,7 @@ class S3Source(_Spec):
     endpoint: str | None = Field(
         default=None,
         max_length=2048,
+        json_schema_extra=URL_PORT_RULE,
         description="Endpoint URL of an S3-compatible server (http:// or https://); default: "
         "AWS S3 for the region.",
     )

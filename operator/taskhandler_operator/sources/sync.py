@@ -11,8 +11,10 @@ share (running blocking work in a worker thread that stops when the sync is canc
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Mapping
 
+from taskhandler_operator.redaction import credential_spellings
 from taskhandler_operator.sources.context import SyncContext
 from taskhandler_operator.sources.errors import (
     InvalidSource,
@@ -69,8 +71,11 @@ async def sync(
         check_name(bundle, "bundle")
     except ValueError as exc:
         raise InvalidSource(str(exc)) from None
+    if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
+        raise InvalidSource(f"the sync timeout must be a positive number of seconds, got {timeout}")
     creds = None if credentials is None else dict(credentials)
-    secrets = list(creds.values()) if creds else []
+    # Values, their base64 and URL spellings, and base64(user:password) as basic auth sends it.
+    secrets = sorted(credential_spellings(creds))
     ctx = SyncContext(store, namespace, bundle)
     try:
         async with asyncio.timeout(timeout):
@@ -83,8 +88,9 @@ async def sync(
             "the source is reachable, or raise the bundle's sync timeout"
         ) from None
     except SourceError as exc:
-        # Every message is redacted once more here, whatever produced it.
-        raise type(exc)(redact(exc.message, secrets)) from None
+        # Every message is redacted once more here, whatever produced it: the uncut text, so
+        # a credential across the message's length limit leaves no prefix.
+        raise type(exc)(redact(exc.full_message, secrets)) from None
     except Cancelled:  # pragma: no cover - only raised after a cancellation
         raise asyncio.CancelledError from None
     except OSError as exc:

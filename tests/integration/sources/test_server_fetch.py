@@ -305,7 +305,7 @@ async def test_fetch_retries_until_the_server_is_up(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("manifest", "text"),
     [
-        ("not json", "manifest is not JSON"),
+        ("not json", "manifest: is not JSON"),
         ({"path": "a"}, "must be a JSON list"),
         ([{"path": "../escape", "url": "http://x/", "sha256": "0" * 64, "size": 1}], "escapes"),
         ([{"path": "/abs", "url": "http://x/", "sha256": "0" * 64, "size": 1}], "absolute"),

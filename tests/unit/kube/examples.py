@@ -63,4 +63,22 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
         {"probe": {"resources": {"limits": {"memory": "lots"}}}},
         "must be a Kubernetes quantity",
     ),
+    *(
+        (
+            f"an http url with port {port}",
+            {"source": {"http": {"url": f"https://files.example:{port}/b.tgz", "sha256": SHA}}},
+            "must be a valid URL whose port, if any, is a number from 1 to 65535",
+        )
+        for port in ("99999", "abc", "-1", "0")
+    ),
+    (
+        "an s3 endpoint with port 70000",
+        {"source": {"s3": {"bucket": "bkt", "endpoint": "http://s3.example:70000"}}},
+        "must be a valid URL whose port, if any, is a number from 1 to 65535",
+    ),
+    (
+        "an unparsable http url",
+        {"source": {"http": {"url": "http://[::1/x", "sha256": SHA}}},
+        "must be a valid URL whose port, if any, is a number from 1 to 65535",
+    ),
 ]

@@ -222,5 +222,21 @@ def test_crd_check_of_a_missing_file_is_one_line(
     missing = tmp_path / "nope.yaml"
     assert main(["crd", "--check", "--file", str(missing)]) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"error: cannot read {missing}: No such file or directory;")
+    assert err.startswith(f"error: {missing}: cannot be opened (No such file or directory);")
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("path", ["/dev/zero", "fifo", "folder"])
+def test_crd_check_of_a_device_fifo_or_folder_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], path: str
+) -> None:
+    import os
+
+    target = Path(path) if path.startswith("/") else tmp_path / path
+    if path == "fifo":
+        os.mkfifo(target)
+    elif path == "folder":
+        target.mkdir()
+    assert main(["crd", "--check", "--file", str(target)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {target}: is ") and err.count("\n") == 1, err

@@ -129,3 +129,23 @@ def test_signing_refuses_weak_keys_and_bad_places() -> None:
 def test_path_components_are_percent_encoded() -> None:
     path = signing.signed_path(KEY, signing.place("ns", "b", "r", "a dir/x#y.jar"), 5, now=0)
     assert path.startswith("/v1/artifacts/ns/b/r/a%20dir/x%23y.jar?")
+
+
+@pytest.mark.parametrize("value", ["ns\n", "ns\r", "ns\n\n", "\nns"])
+def test_names_are_checked_whole(value: str) -> None:
+    # '$' matches before a final newline: the names must match whole.
+    with pytest.raises(ValueError, match="not a valid Kubernetes object name"):
+        check_name(value, "namespace")
+
+
+@pytest.mark.parametrize("value", ["abc\n", "a" * 40 + "\n"])
+def test_revision_ids_are_checked_whole(value: str) -> None:
+    with pytest.raises(ValueError, match="revision id"):
+        check_revision_id(value)
+
+
+def test_a_commit_ref_is_forty_hex_digits_whole() -> None:
+    from taskhandler_operator.sources.spec import GitSource
+
+    assert GitSource(url="https://g/x.git", ref="a" * 40).is_commit
+    assert not GitSource(url="https://g/x.git", ref="a" * 41).is_commit
