@@ -140,6 +140,14 @@ def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
     async def wake(namespace: str | None, name: str, reason: str, **_: Any) -> None:
         runtime.wakeups.wake(namespace or "", name, f"bundle {reason}")
 
+    @kopf.on.event(*bundles, registry=registry, id="wake-on-vanish")
+    async def vanished(event: kopf.RawEvent, **_: Any) -> None:
+        # A bundle gone without its finalizer running (removed by hand) released nothing, but
+        # a claimant stalled on its claim may now take it over: let them look now.
+        if event.get("type") == "DELETED":
+            meta = (event.get("object") or {}).get("metadata") or {}
+            runtime.wakeups.wake_all(f"{meta.get('namespace')}/{meta.get('name')} is gone")
+
     @kopf.on.event(
         "batch", "v1", "jobs", registry=registry, labels={names.LABEL_MANAGED_BY: names.MANAGER}
     )
@@ -161,7 +169,9 @@ def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
             what = await delete_bundle(BundleInputs.from_body(body), runtime)
         except DatabaseError as exc:
             # Soon enough that a skip-cleanup annotation added meanwhile is acted on quickly.
-            raise kopf.TemporaryError(f"database cleanup failed: {exc}", delay=CLEANUP_RETRY) from exc
+            raise kopf.TemporaryError(
+                f"database cleanup failed: {exc}", delay=CLEANUP_RETRY
+            ) from exc
         log.info(
             "TaskHandlerBundle %s/%s deleted: %s", body.metadata.namespace, body.metadata.name, what
         )

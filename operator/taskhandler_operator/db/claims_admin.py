@@ -61,12 +61,12 @@ async def list_claims(engine: AsyncEngine) -> list[NameListing]:
     async with connection(engine) as conn:
         claims = (await conn.execute(select(c))).all()
         queues = (await conn.execute(select(q.c.bundle_name, q.c.queue).order_by(q.c.queue))).all()
-        artifacts = dict(
+        artifacts: dict[str, int] = dict(
             (await conn.execute(select(a.c.bundle_name, func.count()).group_by(a.c.bundle_name)))
             .tuples()
             .all()
         )
-        bound = dict(
+        bound: dict[str, int] = dict(
             (
                 await conn.execute(
                     select(a.c.bundle_name, func.count())
@@ -77,7 +77,7 @@ async def list_claims(engine: AsyncEngine) -> list[NameListing]:
             .tuples()
             .all()
         )
-        problems = dict(
+        problems: dict[str, int] = dict(
             (await conn.execute(select(p.c.bundle_name, func.count()).group_by(p.c.bundle_name)))
             .tuples()
             .all()
