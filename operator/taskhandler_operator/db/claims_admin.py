@@ -9,10 +9,11 @@ name with rows or a claim; :func:`admin_release` frees a name, optionally with i
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import delete, func, select
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import Select, delete, func, select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from taskhandler_operator.db.claims import StoredClaim, read_claim
 from taskhandler_operator.db.engine import DatabaseError, connection, translate_errors
@@ -61,26 +62,17 @@ async def list_claims(engine: AsyncEngine) -> list[NameListing]:
     async with connection(engine) as conn:
         claims = (await conn.execute(select(c))).all()
         queues = (await conn.execute(select(q.c.bundle_name, q.c.queue).order_by(q.c.queue))).all()
-        artifacts: dict[str, int] = dict(
-            (await conn.execute(select(a.c.bundle_name, func.count()).group_by(a.c.bundle_name)))
-            .tuples()
-            .all()
+        artifacts = await _counts(
+            conn, select(a.c.bundle_name, func.count()).group_by(a.c.bundle_name)
         )
-        bound: dict[str, int] = dict(
-            (
-                await conn.execute(
-                    select(a.c.bundle_name, func.count())
-                    .select_from(b.join(a, a.c.id == b.c.artifact_id))
-                    .group_by(a.c.bundle_name)
-                )
-            )
-            .tuples()
-            .all()
+        bound = await _counts(
+            conn,
+            select(a.c.bundle_name, func.count())
+            .select_from(b.join(a, a.c.id == b.c.artifact_id))
+            .group_by(a.c.bundle_name),
         )
-        problems: dict[str, int] = dict(
-            (await conn.execute(select(p.c.bundle_name, func.count()).group_by(p.c.bundle_name)))
-            .tuples()
-            .all()
+        problems = await _counts(
+            conn, select(p.c.bundle_name, func.count()).group_by(p.c.bundle_name)
         )
     held = {row.bundle_name: row for row in claims}
     names = sorted({*held, *artifacts, *problems})
@@ -106,6 +98,10 @@ async def list_claims(engine: AsyncEngine) -> list[NameListing]:
             )
         )
     return out
+
+
+async def _counts(conn: AsyncConnection, query: Select[Any]) -> dict[str, int]:
+    return {str(row[0]): int(row[1]) for row in await conn.execute(query)}
 
 
 async def admin_release(
