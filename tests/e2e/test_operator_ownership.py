@@ -109,7 +109,7 @@ def test_deleting_a_resource_that_never_claimed_removes_nothing(
         "intruder",
         op,
         "failed on its source",
-        lambda s: (condition(s, "Ready") or {}).get("reason") == "SourceUnavailable",
+        lambda s: (condition(s, "SourceReady") or {}).get("status") == "False",
     )
     kube_cluster.kubectl("delete", "thb", "intruder", "-n", second_namespace, "--timeout=120s")
     assert bindings(migrated, "orders") == kept

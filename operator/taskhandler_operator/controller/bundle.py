@@ -495,10 +495,13 @@ async def delete_bundle(inputs: BundleInputs, runtime: OperatorRuntime) -> str:
         except BundleClaimed:
             what = f"bundle name {spec_name!r} belongs to another resource; nothing removed"
         except DatabaseError as exc:
+            # The way out first: the API cuts a long note at 1 kB.
             note = (
-                f"cannot clean up bundle {spec_name!r}: {exc}; retrying. To let this resource "
-                f"go without touching the database, annotate it {names.ANNOTATION_SKIP_CLEANUP}"
-                '="true" (its rows and claim stay for `taskhandler-operator db claims release`)'
+                f"cannot clean up bundle {spec_name!r}, retrying; to let this resource go "
+                "without touching the database, annotate it "
+                f'{names.ANNOTATION_SKIP_CLEANUP}="true" '
+                "(its rows and claim stay for `taskhandler-operator db claims release`). "
+                f"Error: {exc}"
             )
             await _post_deletion_event(inputs, runtime, "CleanupFailed", note)
             raise
