@@ -56,6 +56,7 @@ from taskhandler_operator.db.engine import DatabaseError
 from taskhandler_operator.db.writer import delete_bundle_rows
 from taskhandler_operator.kube import names
 from taskhandler_operator.kube.conditions import (
+    EventReason,
     Reason,
     Reasoned,
     find_condition,
@@ -476,7 +477,7 @@ async def delete_bundle(inputs: BundleInputs, runtime: OperatorRuntime) -> str:
             f"{spec_name!r} stay; free them with `{release_command(spec_name, owner)}` "
             "(add --delete-rows to remove the rows)"
         )
-        await _post_deletion_event(inputs, runtime, "CleanupSkipped", what)
+        await _post_deletion_event(inputs, runtime, EventReason.CLEANUP_SKIPPED, what)
     elif isinstance(spec_name, str) and spec_name:
         try:
             if policy == DeletionPolicy.DELETE.value:
@@ -503,7 +504,7 @@ async def delete_bundle(inputs: BundleInputs, runtime: OperatorRuntime) -> str:
                 "(its rows and claim stay for `taskhandler-operator db claims release`). "
                 f"Error: {exc}"
             )
-            await _post_deletion_event(inputs, runtime, "CleanupFailed", note)
+            await _post_deletion_event(inputs, runtime, EventReason.CLEANUP_FAILED, note)
             raise
     await runtime.revisions.delete_bundle(inputs.namespace, inputs.name)
     runtime.metrics.remove_bundle(inputs.namespace, inputs.name)

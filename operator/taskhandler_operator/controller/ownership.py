@@ -24,13 +24,14 @@ from taskhandler_operator.db.claims import (
     release_stale_claim,
 )
 from taskhandler_operator.kube import names
+from taskhandler_operator.kube.conditions import EventReason
 from taskhandler_operator.reconcile.models import BundleSpec
 from taskhandler_operator.records import BundleOwner
 
 log = logging.getLogger(__name__)
 
 #: Event reason of a take-over, on the new holder and on what is left of the old one.
-TAKEN_OVER = "ClaimTakenOver"
+TAKEN_OVER = EventReason.CLAIM_TAKEN_OVER.value
 #: Holders released in one check at most (a bundle name and a few queues' holders).
 MAX_TAKEOVERS = 4
 
