@@ -35,6 +35,7 @@ from taskhandler_operator.controller.backoff import (
 )
 from taskhandler_operator.controller.kubeapi import KubeApiError, NotFound
 from taskhandler_operator.controller.logs import bundle_context, set_revision
+from taskhandler_operator.controller.ownership import ClaimGuard
 from taskhandler_operator.controller.probing import JobProber
 from taskhandler_operator.controller.report import (
     Observation,
@@ -49,12 +50,13 @@ from taskhandler_operator.controller.syncing import (
     airflow_version,
     source_kind,
 )
-from taskhandler_operator.db.claims import BundleClaimed
+from taskhandler_operator.db.claims import BundleClaimed, release_claim, release_command
 from taskhandler_operator.db.dag_bundle import DagBundleSync, dag_bundle_sync
 from taskhandler_operator.db.engine import DatabaseError
 from taskhandler_operator.db.writer import delete_bundle_rows
 from taskhandler_operator.kube import names
 from taskhandler_operator.kube.conditions import (
+    EventReason,
     Reason,
     Reasoned,
     find_condition,
@@ -236,6 +238,9 @@ async def _reconcile(
         listing_cache=memory.listing_cache,
         memory=memory.pass_memory(inputs.generation, inputs.requested_at),
         watermarks=store,
+        claims=ClaimGuard(
+            runtime.kube, runtime.engine, runtime.options.cluster_id, inputs.reference()
+        ),
     )
     pass_spec = BundleSpec(
         bundle_name=spec.bundle_name,
@@ -448,10 +453,15 @@ async def _one_pass(
 
 
 async def delete_bundle(inputs: BundleInputs, runtime: OperatorRuntime) -> str:
-    """Apply ``deletionPolicy``: Delete removes the bundle's rows and releases its claim, Orphan
-    keeps the rows (the claim is released either way so another resource may take over); then
-    the bundle's revisions go. Probe Jobs go with the bundle by garbage collection. Returns a
-    line for the log."""
+    """Apply ``deletionPolicy`` under the claim this resource holds: Delete removes the
+    bundle's rows and releases its claim, Orphan keeps the rows (the claim is released either
+    way so another resource may take over); a resource that holds no claim removes nothing.
+    Then the bundle's revisions go. Probe Jobs go with the bundle by garbage collection.
+
+    With the ``skip-cleanup`` annotation the database is not touched at all (it may be
+    unreachable): a Warning Event names the ``db claims release`` command for later. Without
+    it a database error propagates, and the finalizer stays until a retry succeeds.
+    Returns a line for the log."""
     spec_name = inputs.spec.get("bundleName")
     policy = inputs.spec.get("deletionPolicy") or DeletionPolicy.DELETE.value
     owner = BundleOwner(
@@ -461,21 +471,41 @@ async def delete_bundle(inputs: BundleInputs, runtime: OperatorRuntime) -> str:
         uid=inputs.uid,
     )
     what = "nothing to remove"
-    if isinstance(spec_name, str) and spec_name:
-        from taskhandler_operator.db.claims import release_claim
-
+    if isinstance(spec_name, str) and spec_name and skip_cleanup(inputs.annotations):
+        what = (
+            f"cleanup skipped ({names.ANNOTATION_SKIP_CLEANUP}): the rows and claim of bundle "
+            f"{spec_name!r} stay; free them with `{release_command(spec_name, owner)}` "
+            "(add --delete-rows to remove the rows)"
+        )
+        await _post_deletion_event(inputs, runtime, EventReason.CLEANUP_SKIPPED, what)
+    elif isinstance(spec_name, str) and spec_name:
         try:
             if policy == DeletionPolicy.DELETE.value:
                 deleted = await delete_bundle_rows(runtime.engine, spec_name, owner=owner)
-                what = (
-                    f"removed {deleted.bindings} bindings, {deleted.artifacts} artifacts and "
-                    f"{deleted.problems} problems of bundle {spec_name!r}"
-                )
-            else:
-                await release_claim(runtime.engine, spec_name, owner)
+                if deleted.claim_released:
+                    what = (
+                        f"removed {deleted.bindings} bindings, {deleted.artifacts} artifacts "
+                        f"and {deleted.problems} problems of bundle {spec_name!r}"
+                    )
+                else:
+                    what = _NOT_HELD.format(name=spec_name)
+            elif await release_claim(runtime.engine, spec_name, owner):
                 what = f"kept the rows of bundle {spec_name!r} (deletionPolicy Orphan)"
+            else:
+                what = _NOT_HELD.format(name=spec_name)
         except BundleClaimed:
             what = f"bundle name {spec_name!r} belongs to another resource; nothing removed"
+        except DatabaseError as exc:
+            # The way out first: the API cuts a long note at 1 kB.
+            note = (
+                f"cannot clean up bundle {spec_name!r}, retrying; to let this resource go "
+                "without touching the database, annotate it "
+                f'{names.ANNOTATION_SKIP_CLEANUP}="true" '
+                "(its rows and claim stay for `taskhandler-operator db claims release`). "
+                f"Error: {exc}"
+            )
+            await _post_deletion_event(inputs, runtime, EventReason.CLEANUP_FAILED, note)
+            raise
     await runtime.revisions.delete_bundle(inputs.namespace, inputs.name)
     runtime.metrics.remove_bundle(inputs.namespace, inputs.name)
     runtime.kube.forget_events(inputs.namespace, inputs.name)
@@ -483,3 +513,25 @@ async def delete_bundle(inputs: BundleInputs, runtime: OperatorRuntime) -> str:
     # A claim was released: a bundle stalled on it may take over now.
     runtime.wakeups.wake_all(f"{inputs.namespace}/{inputs.name} was deleted")
     return what
+
+
+_NOT_HELD = (
+    "this resource holds no claim on bundle name {name!r}: its rows, if any, are not its own "
+    "and stay (see `taskhandler-operator db claims list`); nothing removed"
+)
+
+
+def skip_cleanup(annotations: Mapping[str, str]) -> bool:
+    """Whether the resource asks to be let go without touching the database."""
+    return annotations.get(names.ANNOTATION_SKIP_CLEANUP, "").strip().lower() == "true"
+
+
+async def _post_deletion_event(
+    inputs: BundleInputs, runtime: OperatorRuntime, reason: str, note: str
+) -> None:
+    try:
+        await runtime.kube.post_event(
+            inputs.reference(), reason=reason, note=note, type="Warning", action="Delete"
+        )
+    except (KubeApiError, ValueError) as exc:
+        log.info("cannot post Event %s: %s", reason, exc)

@@ -33,6 +33,7 @@ import kopf
 
 from taskhandler_operator.controller.bundle import BundleInputs, delete_bundle, run_bundle
 from taskhandler_operator.controller.runtime import OperatorRuntime
+from taskhandler_operator.db.engine import DatabaseError
 from taskhandler_operator.kube import names
 
 __all__ = ["SwitchboardConfig", "bounded_session", "build_registry", "configure"]
@@ -41,6 +42,8 @@ log = logging.getLogger(__name__)
 
 JOB_SELECTOR = f"{names.LABEL_MANAGED_BY}={names.MANAGER}"
 FINALIZER = f"{names.GROUP}/finalizer"
+#: Seconds between attempts of a deletion whose database cleanup failed.
+CLEANUP_RETRY = 15
 REQUESTED_AT = names.ANNOTATION_RECONCILE_REQUESTED_AT
 KOPF_PREFIX = f"kopf.{names.GROUP}"
 
@@ -137,6 +140,14 @@ def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
     async def wake(namespace: str | None, name: str, reason: str, **_: Any) -> None:
         runtime.wakeups.wake(namespace or "", name, f"bundle {reason}")
 
+    @kopf.on.event(*bundles, registry=registry, id="wake-on-vanish")
+    async def vanished(event: kopf.RawEvent, **_: Any) -> None:
+        # A bundle gone without its finalizer running (removed by hand) released nothing, but
+        # a claimant stalled on its claim may now take it over: let them look now.
+        if event.get("type") == "DELETED":
+            meta = (event.get("object") or {}).get("metadata") or {}
+            runtime.wakeups.wake_all(f"{meta.get('namespace')}/{meta.get('name')} is gone")
+
     @kopf.on.event(
         "batch", "v1", "jobs", registry=registry, labels={names.LABEL_MANAGED_BY: names.MANAGER}
     )
@@ -154,7 +165,13 @@ def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
 
     @kopf.on.delete(*bundles, registry=registry, id="deletion-policy")
     async def delete(body: kopf.Body, **_: Any) -> None:
-        what = await delete_bundle(BundleInputs.from_body(body), runtime)
+        try:
+            what = await delete_bundle(BundleInputs.from_body(body), runtime)
+        except DatabaseError as exc:
+            # Soon enough that a skip-cleanup annotation added meanwhile is acted on quickly.
+            raise kopf.TemporaryError(
+                f"database cleanup failed: {exc}", delay=CLEANUP_RETRY
+            ) from exc
         log.info(
             "TaskHandlerBundle %s/%s deleted: %s", body.metadata.namespace, body.metadata.name, what
         )

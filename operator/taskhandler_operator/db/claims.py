@@ -15,7 +15,15 @@ advisory lock (so two claimants of one name are serialized and never tie):
   allows one object per name at a time), so it inherits the claim;
 * each queue of the pass is claimed for the bundle name; a queue another bundle name holds gives
   :class:`QueueClaimed`, and a queue the bundle no longer lists is released;
-* :func:`release_claim` (on deletion) drops the claim and, by ``ON DELETE CASCADE``, its queues.
+* :func:`release_claim` (on deletion) drops the claim and, by ``ON DELETE CASCADE``, its queues;
+  a resource that does not hold the claim releases and deletes nothing;
+* rows of a bundle name nobody claims (written before claims existed, or left by
+  ``deletionPolicy: Orphan``) are *unowned*: no deletion removes them, and the first resource
+  that claims the name adopts them (its passes update and sweep them as its own);
+* a claim whose holder is gone (checked by the controller against the apiserver, same cluster
+  id only) is released with :func:`release_stale_claim` for the next claimant to take;
+  what the operator cannot decide (another cluster id) an administrator settles with
+  ``taskhandler-operator db claims list|release`` (:func:`list_claims`, :func:`admin_release`).
 """
 
 from __future__ import annotations
@@ -51,7 +59,8 @@ class BundleClaimed(ClaimError):
         super().__init__(
             f"bundle name {bundle_name!r} belongs to {owner.describe()} (claimed "
             f"{claimed_at:%Y-%m-%d %H:%M:%S %Z}); nothing was written: delete that resource or "
-            "choose another bundleName"
+            "choose another bundleName; if that resource is gone for good (e.g. its cluster), "
+            f"free the name with: {release_command(bundle_name, owner)}"
         )
 
 
@@ -62,8 +71,16 @@ class QueueClaimed(ClaimError):
         self.owner = owner
         super().__init__(
             f"queue {queue!r} is served by bundle {holder_bundle!r} of {owner.describe()}; "
-            "nothing was written: remove the queue from one of the two resources"
+            "nothing was written: remove the queue from one of the two resources; if that "
+            "resource is gone for good (e.g. its cluster), free it with: "
+            f"{release_command(holder_bundle, owner)}"
         )
+
+
+def release_command(bundle_name: str, owner: BundleOwner) -> str:
+    """The administrator's command that frees ``bundle_name`` from ``owner`` (and only from it:
+    the uid guards against releasing a claim someone took meanwhile)."""
+    return f"taskhandler-operator db claims release {bundle_name} --uid {owner.uid}"
 
 
 class ClaimOutcome(BaseModel):
@@ -258,3 +275,48 @@ async def read_claim(engine: AsyncEngine | AsyncConnection, bundle_name: str) ->
             claimed_at=row.claimed_at,
             queues=tuple(queues),
         )
+
+
+async def check_claim(
+    engine: AsyncEngine | AsyncConnection,
+    bundle_name: str,
+    owner: BundleOwner,
+    queues: Sequence[str] = (),
+) -> None:
+    """Raise :class:`BundleClaimed` or :class:`QueueClaimed` when the write would be refused;
+    changes nothing. A pass asks before it probes, so a later claimant creates no probe Job;
+    the write still decides under the lock (a claim may change in between)."""
+    params = {"claim_bundle": bundle_name, "queues": sorted(set(queues))}
+    async with connection(engine) as conn:
+        row = (await conn.execute(read_claim_statement(), params)).first()
+        if row is not None and not _owner_of(row).same_resource(owner):
+            raise BundleClaimed(bundle_name, _owner_of(row), row.claimed_at)
+        if queues:
+            held = (await conn.execute(queues_held_elsewhere_statement(), params)).first()
+            if held is not None:
+                raise QueueClaimed(held.queue, held.bundle_name, _owner_of(held))
+
+
+def _held_by(holder: BundleOwner) -> Any:
+    c = bundle_claim_table
+    return (
+        (c.c.bundle_name == _NAME)
+        & (c.c.cluster_id == holder.cluster_id)
+        & (c.c.namespace == holder.namespace)
+        & (c.c.name == holder.name)
+        & (c.c.uid == holder.uid)
+    )
+
+
+async def release_stale_claim(engine: AsyncEngine, bundle_name: str, holder: BundleOwner) -> bool:
+    """Drop ``holder``'s claim on ``bundle_name`` (and its queues), and only if ``holder`` — that
+    exact uid — still holds it: the caller found the holder gone. False when the claim changed
+    meanwhile. The rows stay, unowned, for the next claimant to adopt."""
+    c = bundle_claim_table
+    async with translate_errors(), engine.begin() as conn:
+        await conn.execute(advisory_lock_statement(), {"lock_key": bundle_lock_key(bundle_name)})
+        gone = await conn.execute(
+            delete(c).where(_held_by(holder)).returning(c.c.bundle_name),
+            {"claim_bundle": bundle_name},
+        )
+        return gone.first() is not None

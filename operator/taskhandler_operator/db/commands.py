@@ -1,4 +1,4 @@
-"""``taskhandler-operator db ...``: schema upgrade and check.
+"""``taskhandler-operator db ...``: schema upgrade and check, bundle-name claims.
 
 Exit codes: 0 done, 1 refused or failed (the message says why: a malformed URL, a database
 that does not exist, a refused login, a schema that does not fit), 2 usage error, 75
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from taskhandler_operator.settings import SettingsError, env_of, load_settings
 
@@ -72,6 +73,41 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     bundle.add_argument("--url", help=url_help)
     bundle.add_argument("--url-file", help=file_help)
     bundle.set_defaults(func=_dag_bundle)
+
+    claims = db_commands.add_parser(
+        "claims",
+        help="which TaskHandlerBundle owns each bundle name, and the unowned rows; free a name "
+        "the operator cannot (a claim from another cluster id)",
+    )
+    claims_commands = claims.add_subparsers(
+        dest="claims_command", metavar="CLAIMS_COMMAND", required=True
+    )
+    listing = claims_commands.add_parser(
+        "list", help="every bundle name with a claim or rows: holder, queues, row counts"
+    )
+    listing.add_argument("--url", help=url_help)
+    listing.add_argument("--url-file", help=file_help)
+    listing.set_defaults(func=_claims_list)
+    release = claims_commands.add_parser(
+        "release",
+        help="free a bundle name (its claim and queue claims); its rows stay for the next "
+        "claimant to adopt unless --delete-rows",
+    )
+    release.add_argument("bundle_name", metavar="BUNDLE", help="spec.bundleName of the bundle")
+    release.add_argument(
+        "--uid",
+        help="release only if the resource with this uid still holds the name (the command "
+        "a BundleNameConflict condition prints has it)",
+    )
+    release.add_argument(
+        "--delete-rows",
+        action="store_true",
+        help="also delete the name's artifact, binding and problem rows (Airflow's tasks on "
+        "them lose their handlers)",
+    )
+    release.add_argument("--url", help=url_help)
+    release.add_argument("--url-file", help=file_help)
+    release.set_defaults(func=_claims_release)
 
 
 def _url(args: argparse.Namespace) -> str | None:
@@ -242,3 +278,92 @@ def _dag_bundle(args: argparse.Namespace) -> int:
         return _fail(exc)
     print(f"{found.condition()['type']}={found.status} reason={found.reason}: {found.message}")
     return 0 if found.in_sync else EXIT_REFUSED
+
+
+def _claims_list(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from taskhandler_operator.db.claims_admin import list_claims
+    from taskhandler_operator.db.engine import DatabaseError, create_engine
+
+    url = _url(args)
+    if url is None:
+        return EXIT_USAGE
+
+    async def read() -> list[Any]:
+        engine = create_engine(url)
+        try:
+            return await list_claims(engine)
+        finally:
+            await engine.dispose()
+
+    try:
+        listed = asyncio.run(read())
+    except DatabaseError as exc:
+        return _fail(exc)
+    rows = [("BUNDLE", "HOLDER", "UID", "CLAIMED", "QUEUES", "ARTIFACTS", "BINDINGS")]
+    for item in listed:
+        owner = item.owner
+        rows.append(
+            (
+                item.bundle_name,
+                "(unowned)"
+                if owner is None
+                else f"{owner.cluster_id}/{owner.namespace}/{owner.name}",
+                "-" if owner is None else owner.uid,
+                "-" if item.claimed_at is None else f"{item.claimed_at:%Y-%m-%dT%H:%M:%SZ}",
+                ",".join(item.queues) or "-",
+                str(item.artifacts),
+                str(item.bindings),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )
+    return 0
+
+
+def _claims_release(args: argparse.Namespace) -> int:
+    import asyncio
+    import re
+
+    from taskhandler_operator.db.claims_admin import Released, admin_release
+    from taskhandler_operator.db.engine import DatabaseError, create_engine
+
+    # spec.bundleName's rule (kube.spec, a layer above this one): letters, digits, ". _ -".
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,249}", args.bundle_name):
+        print(f"error: {args.bundle_name!r} is not a bundle name", file=sys.stderr)
+        return EXIT_USAGE
+    url = _url(args)
+    if url is None:
+        return EXIT_USAGE
+
+    async def release() -> Released:
+        engine = create_engine(url)
+        try:
+            return await admin_release(
+                engine, args.bundle_name, uid=args.uid, delete_rows=args.delete_rows
+            )
+        finally:
+            await engine.dispose()
+
+    try:
+        done = asyncio.run(release())
+    except DatabaseError as exc:
+        return _fail(exc)
+    name = args.bundle_name
+    if done.claim is not None:
+        print(f"released bundle name {name!r} from {done.claim.owner.describe()}")
+    else:
+        print(f"bundle name {name!r} had no claim")
+    if done.rows is not None:
+        rows = done.rows
+        print(
+            f"deleted {rows.bindings} bindings, {rows.artifacts} artifacts and "
+            f"{rows.problems} problems of bundle {name!r}"
+        )
+    elif done.claim is not None:
+        print("its rows stay, unowned: the next resource that claims the name adopts them")
+    return 0 if done.claim is not None or done.rows is not None else EXIT_REFUSED

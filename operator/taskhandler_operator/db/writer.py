@@ -81,6 +81,7 @@ __all__ = [
     "PassResult",
     "bundle_lock_key",
     "delete_bundle_rows",
+    "delete_rows_in",
     "problem_key",
     "record_artifacts",
     "record_artifacts_in",
@@ -269,36 +270,46 @@ async def delete_bundle_rows(
     engine: AsyncEngine, bundle_name: str, *, owner: BundleOwner
 ) -> BundleRowsDeleted:
     """Remove everything a bundle wrote (``deletionPolicy: Delete``) and release its claim, in
-    one transaction.
+    one transaction — only under a claim ``owner`` holds.
 
     Refused with :class:`~taskhandler_operator.db.claims.BundleClaimed` when another resource
-    owns the name (its rows are not ours to delete). Probe revisions are deleted with their
-    artifacts here (no foreign key: see ``thop0008``), queue claims go with the bundle's claim
-    (``ON DELETE CASCADE``).
+    owns the name (its rows are not ours to delete). With no claim at all the rows are unowned
+    (written before claims existed, or orphaned): nothing is deleted (``claim_released`` False),
+    and ``taskhandler-operator db claims`` shows them to an administrator. Probe revisions are
+    deleted with their artifacts (no foreign key: see ``thop0008``), queue claims go with the
+    bundle's claim (``ON DELETE CASCADE``).
     """
+    params = {"lock_key": bundle_lock_key(bundle_name)}
+    async with translate_errors(), engine.begin() as conn:
+        await conn.execute(advisory_lock_statement(), params)
+        if not await release_claim_in(conn, bundle_name, owner):
+            return BundleRowsDeleted(bindings=0, artifacts=0, problems=0, claim_released=False)
+        deleted = await delete_rows_in(conn, bundle_name)
+        return deleted.model_copy(update={"claim_released": True})
+
+
+async def delete_rows_in(conn: AsyncConnection, bundle_name: str) -> BundleRowsDeleted:
+    """Delete every row of ``bundle_name`` whoever owns it; the caller holds the bundle's lock
+    and has decided it may (its claim, or an administrator's command)."""
     a = artifact_table
     b = binding_table
     p = problem_table
     pr = probe_table
     name = bindparam("bundle_name", type_=Text())
-    params = {"bundle_name": bundle_name, "lock_key": bundle_lock_key(bundle_name)}
-    async with translate_errors(), engine.begin() as conn:
-        await conn.execute(advisory_lock_statement(), params)
-        released = await release_claim_in(conn, bundle_name, owner)
-        ours = select(a.c.id).where(a.c.bundle_name == name)
-        bindings = await conn.execute(
-            delete(b).where(b.c.artifact_id.in_(ours)).returning(b.c.dag_id), params
-        )
-        await conn.execute(delete(pr).where(pr.c.artifact_id.in_(ours)), params)
-        artifacts = await conn.execute(
-            delete(a).where(a.c.bundle_name == name).returning(a.c.id), params
-        )
-        problems = await conn.execute(
-            delete(p).where(p.c.bundle_name == name).returning(p.c.problem_key), params
-        )
-        return BundleRowsDeleted(
-            bindings=len(bindings.all()),
-            artifacts=len(artifacts.all()),
-            problems=len(problems.all()),
-            claim_released=released,
-        )
+    params = {"bundle_name": bundle_name}
+    ours = select(a.c.id).where(a.c.bundle_name == name)
+    bindings = await conn.execute(
+        delete(b).where(b.c.artifact_id.in_(ours)).returning(b.c.dag_id), params
+    )
+    await conn.execute(delete(pr).where(pr.c.artifact_id.in_(ours)), params)
+    artifacts = await conn.execute(
+        delete(a).where(a.c.bundle_name == name).returning(a.c.id), params
+    )
+    problems = await conn.execute(
+        delete(p).where(p.c.bundle_name == name).returning(p.c.problem_key), params
+    )
+    return BundleRowsDeleted(
+        bindings=len(bindings.all()),
+        artifacts=len(artifacts.all()),
+        problems=len(problems.all()),
+    )

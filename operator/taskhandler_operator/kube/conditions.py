@@ -100,6 +100,10 @@ class EventReason(StrEnum):
     DAG_BUNDLE_DRIFT = "DagBundleDrift"
     PROBE_FAILED = "ProbeFailed"
     ARTIFACT_REJECTED = "ArtifactRejected"
+    # Ownership: a gone holder's claim taken over; a deletion's database cleanup failed/skipped.
+    CLAIM_TAKEN_OVER = "ClaimTakenOver"
+    CLEANUP_FAILED = "CleanupFailed"
+    CLEANUP_SKIPPED = "CleanupSkipped"
 
 
 @dataclass(frozen=True)

@@ -35,3 +35,5 @@ ANNOTATION_CACHE_DIGEST: Final = f"{GROUP}/cache-digest"
 # On a TaskHandlerBundle: any new value asks for a reconcile now (Flux's requestedAt);
 # the value handled last is echoed in status.lastHandledReconcileAt.
 ANNOTATION_RECONCILE_REQUESTED_AT: Final = f"{GROUP}/reconcile-requested-at"
+# "true" on a TaskHandlerBundle: its deletion leaves the database alone (rows and claim stay).
+ANNOTATION_SKIP_CLEANUP: Final = f"{GROUP}/skip-cleanup"

@@ -10,6 +10,8 @@ an in-memory stand-in and in production with the real thing:
   driver as a local process);
 * ``Store`` (in :mod:`.store`, beside its database implementation): known artifacts, the stub
   inventory, the write;
+* :class:`ClaimCheck`: whether the bundle's write would be refused for ownership, asked before
+  anything is probed (the controller's also takes over a claim whose holder is gone);
 * :class:`Clock`: wall time for ``probed_at``, a monotonic clock for step durations.
 """
 
@@ -37,6 +39,13 @@ class Syncer(Protocol):
 class Prober(Protocol):
     async def __call__(self, request: ProbeRequest) -> ProbeAccepted | ProbeFailed:
         """One artifact's answer, or why there is none. Raises only for a broken prober."""
+        ...
+
+
+class ClaimCheck(Protocol):
+    async def __call__(self, spec: BundleSpec) -> None:
+        """Raise the ownership conflict the write would raise (another resource holds the
+        bundle name or a queue); return when the pass may go on."""
         ...
 
 

@@ -9,7 +9,8 @@ step          does                                                I/O (passed in
 ============  ==================================================  ===========================
 sync          source → immutable revision folder                  ``Syncer``
 list          candidates by marker and stored digest; no hashing  file system, in a thread
-plan          cached / probe / rejected against stored answers    ``Store.known_artifacts``
+plan          the claim first (a later claimant stops here), then     ``ClaimCheck``,
+              cached / probe / rejected against stored answers    ``Store.known_artifacts``
 probe         each changed artifact's declarations, in parallel   ``Prober``, ``Clock``
 validate      the stubs on the bundle's queues vs declarations    ``Store.stub_inventory``
 write         one transaction, under the bundle's claim           ``Store.write``
@@ -62,7 +63,7 @@ from taskhandler_operator.reconcile.models import (
     SyncedRevision,
     Validated,
 )
-from taskhandler_operator.reconcile.ports import Clock, Prober, Syncer, SystemClock
+from taskhandler_operator.reconcile.ports import ClaimCheck, Clock, Prober, Syncer, SystemClock
 from taskhandler_operator.reconcile.store import KnownArtifacts, Store, Watermarks
 from taskhandler_operator.records import ArtifactRecord, BundleProblem, TaskHandlerArtifact
 from taskhandler_operator.validation import BrokenCandidate, validate_bundle
@@ -311,6 +312,8 @@ class PassPorts:
     # Both given: a pass whose inputs equal the last unchanged pass's keeps its outcome.
     memory: PassMemory | None = None
     watermarks: Watermarks | None = None
+    # Given: the claim is checked before planning, so a later claimant probes nothing.
+    claims: ClaimCheck | None = None
 
 
 @dataclass(frozen=True)
@@ -373,6 +376,8 @@ async def run_pass(spec: BundleSpec, ports: PassPorts) -> PassOutcome:
             )
             return dataclasses.replace(kept, summary=summary)
         memory.forget()  # changed (or failing below): the next pass takes the whole path too
+    if ports.claims is not None:
+        await step("plan", ports.claims(spec), "claim")
     if seen is not None:
         wanted = seen.dag_ids
     else:

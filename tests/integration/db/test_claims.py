@@ -8,7 +8,15 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from taskhandler_operator.db.claims import BundleClaimed, QueueClaimed, read_claim, release_claim
+from taskhandler_operator.db.claims import (
+    BundleClaimed,
+    QueueClaimed,
+    check_claim,
+    read_claim,
+    release_claim,
+    release_stale_claim,
+)
+from taskhandler_operator.db.claims_admin import ClaimMismatch, admin_release, list_claims
 from taskhandler_operator.db.engine import create_engine
 from taskhandler_operator.db.inventory import StubInventory
 from taskhandler_operator.db.write_models import ArtifactRecord, BundlePass, PassResult
@@ -162,7 +170,9 @@ async def test_a_queue_served_by_another_bundle_is_refused(engine: AsyncEngine) 
         await write_pass(engine, attempt)
     assert str(caught.value) == (
         "queue 'java' is served by bundle 'java' of TaskHandlerBundle team-a/java in cluster "
-        "'test-cluster'; nothing was written: remove the queue from one of the two resources"
+        "'test-cluster'; nothing was written: remove the queue from one of the two resources; "
+        "if that resource is gone for good (e.g. its cluster), free it with: "
+        "taskhandler-operator db claims release java --uid uid-team-a-java"
     )
     assert await artifact_paths(engine, "java-rival") == set()
     assert await read_claim(engine, "java-rival") is None  # the refused pass left no claim
@@ -179,3 +189,95 @@ async def test_a_queue_no_longer_listed_is_released(engine: AsyncEngine) -> None
     assert (narrowed.queues_claimed, narrowed.queues_released) == (0, 1)
     claim = await read_claim(engine, "java")
     assert claim is not None and claim.queues == ("java",)
+
+
+@pytest.mark.usefixtures("etl")
+async def test_a_resource_without_the_claim_deletes_nothing(engine: AsyncEngine) -> None:
+    """Issue 20: an orphaned bundle's rows survive the deletion of any resource naming it
+    (today `delete_bundle_rows` deleted by name when no claim was held), and the next
+    claimant adopts them."""
+    await write_pass(engine, await pass_of(engine, TEAM_A, [build("java", "a.jar")]))
+    assert await release_claim(engine, "java", TEAM_A)  # deletionPolicy Orphan
+    intruder = owner("intruder", namespace="default")
+    deleted = await delete_bundle_rows(engine, "java", owner=intruder)
+    assert deleted.model_dump() == {
+        "bindings": 0,
+        "artifacts": 0,
+        "problems": 0,
+        "claim_released": False,
+    }
+    assert {ref[1] for ref in (await bindings(engine)).values()} == {"a.jar"}
+    [listed] = await list_claims(engine)
+    assert (listed.bundle_name, listed.owner, listed.artifacts, listed.bindings) == (
+        "java",
+        None,
+        1,
+        2,
+    )
+
+    # The first claimant adopts the unowned rows: its pass rebinds and sweeps them as its own.
+    written = await write_pass(engine, await pass_of(engine, TEAM_B, [build("java", "b.jar")]))
+    assert written.claim_taken
+    assert await artifact_paths(engine) == {"b.jar"}
+    deleted = await delete_bundle_rows(engine, "java", owner=TEAM_B)
+    assert (deleted.claim_released, deleted.artifacts, deleted.bindings) == (True, 1, 2)
+
+
+@pytest.mark.usefixtures("etl")
+async def test_rows_from_before_claims_are_unowned(engine: AsyncEngine) -> None:
+    """Rows written before thop0003 have no claim: no deletion removes them."""
+    await write_pass(engine, await pass_of(engine, TEAM_A, [build("java", "a.jar")]))
+    async with engine.begin() as conn:
+        await conn.execute(sa.text("DELETE FROM thop_bundle_claim"))
+    for anyone in (TEAM_A, TEAM_B):
+        assert not (await delete_bundle_rows(engine, "java", owner=anyone)).claim_released
+    assert await artifact_paths(engine) == {"a.jar"}
+
+
+@pytest.mark.usefixtures("etl")
+async def test_the_claim_check_refuses_without_writing(engine: AsyncEngine) -> None:
+    await check_claim(engine, "java", TEAM_A, ("java",))  # free: the write will take it
+    await write_pass(engine, await pass_of(engine, TEAM_A, [build("java", "a.jar")]))
+    before = await row_versions(engine)
+    await check_claim(engine, "java", TEAM_A.model_copy(update={"uid": "new"}), ("java",))
+    with pytest.raises(BundleClaimed) as caught:
+        await check_claim(engine, "java", TEAM_B, ())
+    assert caught.value.owner == TEAM_A
+    assert str(caught.value).endswith(
+        "free the name with: taskhandler-operator db claims release java --uid uid-team-a-java"
+    )
+    with pytest.raises(QueueClaimed):
+        await check_claim(engine, "other", owner("other"), ("java",))
+    assert await row_versions(engine) == before
+
+
+@pytest.mark.usefixtures("etl")
+async def test_a_stale_claim_is_released_only_from_that_holder(engine: AsyncEngine) -> None:
+    await write_pass(engine, await pass_of(engine, TEAM_A, [build("java", "a.jar")]))
+    newer = TEAM_A.model_copy(update={"uid": "someone-else"})
+    assert not await release_stale_claim(engine, "java", newer)
+    assert await read_claim(engine, "java") is not None
+    assert await release_stale_claim(engine, "java", TEAM_A)
+    assert await read_claim(engine, "java") is None
+    assert await count(engine, "thop_queue_claim") == 0
+    assert await artifact_paths(engine) == {"a.jar"}  # the rows wait for the next claimant
+
+
+@pytest.mark.usefixtures("etl")
+async def test_an_administrator_releases_a_name_with_or_without_its_rows(
+    engine: AsyncEngine,
+) -> None:
+    await write_pass(engine, await pass_of(engine, TEAM_B, [build("java", "b.jar")]))
+    with pytest.raises(ClaimMismatch, match="held by TaskHandlerBundle team-b/java"):
+        await admin_release(engine, "java", uid="not-it")
+    assert await read_claim(engine, "java") is not None
+
+    done = await admin_release(engine, "java", uid=TEAM_B.uid)
+    assert done.claim is not None and done.claim.owner == TEAM_B and done.rows is None
+    assert await read_claim(engine, "java") is None
+    assert await artifact_paths(engine) == {"b.jar"}
+
+    cleaned = await admin_release(engine, "java", delete_rows=True)  # unowned: rows only
+    assert cleaned.claim is None and cleaned.rows is not None
+    assert (cleaned.rows.artifacts, cleaned.rows.bindings) == (1, 2)
+    assert await list_claims(engine) == []

@@ -103,3 +103,18 @@ def test_bad_url_is_a_one_line_permanent_error(
     assert err.count("\n") == 1, err
     assert err.startswith(expected), err
     assert "s3cret" not in err
+
+
+@pytest.mark.parametrize("name", ["", ".x", "a b", "x" * 251, "a/b"])
+def test_claims_release_refuses_a_bad_bundle_name(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["db", "claims", "release", name, "--url", "postgresql://u@h/db"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {name!r} is not a bundle name\n"
+
+
+def test_claims_without_a_subcommand_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["db", "claims"])
+    assert stopped.value.code == 2

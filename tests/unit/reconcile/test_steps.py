@@ -367,3 +367,33 @@ async def test_an_answer_naming_a_dag_it_was_not_asked_about_is_never_reprobed(
     store.dags = {**store.dags, **stubs_of("new")}
     await run_pass(SPEC, ports)
     assert prober.requests == []
+
+
+class RefusingClaims:
+    """A claim check that finds the bundle name held elsewhere."""
+
+    def __init__(self, holder: BundleOwner) -> None:
+        self.holder = holder
+        self.asked: list[BundleSpec] = []
+
+    async def __call__(self, spec: BundleSpec) -> None:
+        self.asked.append(spec)
+        raise BundleClaimed(spec.bundle_name, self.holder, T0)
+
+
+async def test_a_later_claimant_stops_before_probing_anything(bundle: Path) -> None:
+    prober = FakeProber({"extract.min.mjs": {}, "load.min.mjs": {}})
+    store = FakeStore(etl("extract"))
+    holder = OWNER.model_copy(update={"namespace": "elsewhere", "uid": "uid-0"})
+    claims = RefusingClaims(holder)
+    ports = PassPorts(LocalFolderSyncer(bundle), prober, store, claims=claims)
+    with pytest.raises(OwnershipConflict) as owned:
+        await run_pass(SPEC, ports)
+    assert (owned.value.step, owned.value.reason, owned.value.owner) == (
+        "plan",
+        "BundleClaimed",
+        holder,
+    )
+    assert "taskhandler-operator db claims release ts --uid uid-0" in str(owned.value)
+    assert claims.asked == [SPEC]
+    assert prober.requests == [] and store.written == []
