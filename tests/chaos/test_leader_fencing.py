@@ -109,7 +109,10 @@ def test_a_deposed_leaders_write_is_refused_logged_and_rolled_back(
     b = replicas(namespace, database, "b", **PATIENT).start()
 
     def more() -> str:
-        status = thb(kube_cluster, namespace, BUNDLE).get("status") if a.starts else None
+        try:
+            status = thb(kube_cluster, namespace, BUNDLE).get("status")
+        except Exception as exc:  # not applied yet, or the apiserver is busy
+            status = repr(exc)
         return f"status: {status}\n--- a ---\n{a.tail(80)}\n--- b ---\n{b.tail(80)}"
 
     wait_leading(a, more)
