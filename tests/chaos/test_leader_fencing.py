@@ -106,7 +106,7 @@ def test_a_deposed_leaders_write_is_refused_logged_and_rolled_back(
     commit_artifact(git_repo, Path(runtime_factory("go", spec=spec)), "revision 1")
     database = fresh_database({DAG: [(TASK, "go")]})
     a = replicas(namespace, database, "a", **PATIENT).start()
-    b = replicas(namespace, database, "b", **PATIENT).start()
+    b = replicas(namespace, database, "b", **PATIENT)
 
     def more() -> str:
         try:
@@ -116,6 +116,7 @@ def test_a_deposed_leaders_write_is_refused_logged_and_rolled_back(
         return f"status: {status}\n--- a ---\n{a.tail(80)}\n--- b ---\n{b.tail(80)}"
 
     wait_leading(a, more)
+    b.start()  # only once a leads
     wait_for("b waits as a standby", lambda: readyz(b) == 503, 120, more=more)
     admin = psycopg.connect(database.replace("postgresql+psycopg://", "postgresql://"))
     admin.autocommit = True
