@@ -80,6 +80,52 @@ class Settings(BaseSettings):
     database_url_file: Path | None = Field(
         default=None, description="a file holding the database URL (a mounted Secret)"
     )
+    database_connect_timeout: int = Field(
+        default=10, ge=1, le=3600, description="seconds to wait for a database connection"
+    )
+    database_statement_timeout: float = Field(
+        default=60.0,
+        ge=0,
+        le=86400,
+        description="seconds one database statement may run (the server cancels it; the client "
+        "gives up on a server that does not answer 5 s later); 0 leaves the server's setting "
+        "and the client unbounded",
+    )
+    database_lock_timeout: float = Field(
+        default=30.0,
+        ge=0,
+        le=86400,
+        description="seconds one statement may wait for a lock (the bundle's advisory lock, "
+        "Airflow's row locks); 0 leaves the server's setting",
+    )
+    database_idle_in_transaction_timeout: float = Field(
+        default=60.0,
+        ge=0,
+        le=86400,
+        description="seconds the server keeps a session idle inside a transaction before ending "
+        "it; 0 leaves the server's setting",
+    )
+    database_tcp_user_timeout: float = Field(
+        default=30.0,
+        ge=1,
+        le=3600,
+        description="seconds sent data may stay unacknowledged before the connection is dropped",
+    )
+    database_keepalives_idle: int = Field(
+        default=30,
+        ge=1,
+        le=3600,
+        description="seconds of silence before TCP keepalive probes start (then every 10 s, "
+        "3 unanswered probes drop the connection)",
+    )
+    pass_timeout: float = Field(
+        default=1800.0,
+        ge=1,
+        le=86400,
+        description="seconds one reconcile pass may take; a pass past it is abandoned with "
+        "the condition reason PassTimedOut and retried with back-off (its probe Jobs keep "
+        "running and are adopted)",
+    )
     namespaces: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(),
         description="namespaces to watch, comma-separated; empty means every namespace",

@@ -28,7 +28,8 @@ Added here:
   and the given ``{dag_id: [(task_id, queue)]}`` stubs; dropped at teardown.
 * ``fresh_namespace``: ``fresh_namespace() -> name``, another prepared namespace; deleted at
   teardown.
-* ``bundle_run``: ``bundle_run(namespace, url, bundle=, artifacts=, parallelism=) -> BundleRun``,
+* ``bundle_run``: ``bundle_run(namespace, url, bundle=, artifacts=, parallelism=, env=) ->
+  BundleRun``,
   the setup the control-plane, database and kill tests share: a fresh database with the
   artifacts' stubs, a Job recorder, a replica started and leading, then the Go bundle over
   ``url`` applied.
@@ -188,13 +189,14 @@ class StartBundleRun:
         parallelism: int,
         run: str = "a",
         note: Callable[[], str] = lambda: "",
+        env: Mapping[str, str] | None = None,
     ) -> BundleRun:
         """A fresh database with ``artifacts`` stubs, a Job recorder on ``namespace``, replica
-        ``run`` started and leading, then the Go ``bundle`` over ``url`` applied; ``more()``
-        is the failure report, after ``note()``."""
+        ``run`` started (with the ``THOP_*`` settings ``env``) and leading, then the Go
+        ``bundle`` over ``url`` applied; ``more()`` is the failure report, after ``note()``."""
         database = self.fresh_database(stubs(artifacts))
         recorder = self.record_jobs(namespace)
-        op = self.replicas(namespace, database, run).start()
+        op = self.replicas(namespace, database, run, **dict(env or {})).start()
 
         def more() -> str:
             return note() + diagnose(self.cluster, namespace, [bundle], [op], recorder)

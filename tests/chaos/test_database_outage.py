@@ -1,4 +1,4 @@
-"""PostgreSQL stopped in the middle of a pass.
+"""PostgreSQL stopped in the middle of a pass: shut down, or frozen.
 
 What it proves: when the database goes away while a bundle's pass is probing (the hook: the
 probe Jobs of the pass' last wave exist, so the validate and write steps come next), the bundle
@@ -13,7 +13,14 @@ How: a Go bundle of 4 artifacts at ``probe.parallelism: 2`` on a fresh database;
 stopped (``pg_ctl stop -m fast``, data and port kept) once Jobs exist for all 4 artifacts, kept
 down until the status reports the outage and at least the outage length, then started again.
 
-Run: the 10 s outage is part of the default suite; the 30 s one is marked ``chaos``::
+Frozen (every process of the cluster stopped with SIGSTOP: the port still accepts connections,
+nothing answers, open sessions hang mid-statement; no server-side timeout can fire): the pass
+that meets it ends within the client's bound (statement timeout plus 5 s, or the connect timeout)
+with ``DatabaseUnavailable``, or at the latest at the pass deadline with ``PassTimedOut``; the
+operator keeps running, and after SIGCONT the bundle heals by itself with a complete pass.
+
+Run: the 10 s outage and the 25 s freeze are part of the default suite; the 30 s outage and the
+90 s freeze are marked ``chaos``::
 
     make chaos
     .venv/bin/pytest -m chaos tests/chaos/test_database_outage.py
@@ -154,4 +161,72 @@ def test_postgres_stopped_mid_pass_is_reported_writes_all_or_nothing_and_heals(
     assert all(len(ids) == 1 for ids in wrote.values()), (wrote, more())
     assert len(set().union(*wrote.values())) == 1, (wrote, more())
     # The probes were not redone after the outage: each artifact had one Job.
+    assert not recorder.duplicates(), more()
+
+
+#: Small bounds, so the freeze is reported within seconds (the defaults are minutes).
+FROZEN_ENV = {
+    "THOP_DATABASE_STATEMENT_TIMEOUT": "3",
+    "THOP_DATABASE_CONNECT_TIMEOUT": "3",
+    "THOP_PASS_TIMEOUT": "60",
+}
+
+
+@pytest.mark.parametrize(
+    "freeze",
+    [
+        pytest.param(25.0, id="25s"),
+        pytest.param(90.0, id="90s", marks=[pytest.mark.chaos, pytest.mark.timeout(600)]),
+    ],
+)
+def test_postgres_frozen_mid_pass_is_reported_within_the_deadline_and_heals(
+    freeze: float,
+    kube_cluster: KubeCluster,
+    namespace: str,
+    git_repo: GitRepo,
+    source_http: HttpServer,
+    runtime_factory: RuntimeFactory,
+    pg_server: PostgresServer,
+    bundle_run: StartBundleRun,
+) -> None:
+    bundle = "chaos-frozen-db"
+    url = many_artifacts_repo(git_repo, runtime_factory, ARTIFACTS).http_url(source_http)
+    database, recorder, op, more = bundle_run(
+        namespace, url, bundle=bundle, artifacts=ARTIFACTS, parallelism=PARALLELISM, env=FROZEN_ENV
+    )
+    wait_for(
+        f"probe Jobs for all {ARTIFACTS} artifacts",
+        lambda: recorder.artifacts_started(bundle) == ARTIFACTS,
+        240,
+        more=more,
+    )
+    with pg_server.frozen():
+        stopped = time.monotonic()
+        failed = wait_condition(
+            kube_cluster,
+            namespace,
+            bundle,
+            "BindingsPublished",
+            lambda c: c.get("status") == "False",
+            more,
+            timeout=240,
+        )
+        reported = time.monotonic() - stopped
+        time.sleep(max(0.0, stopped + freeze - time.monotonic()))
+        assert op.proc is not None and op.proc.poll() is None, more()
+    down = time.monotonic() - stopped
+    print(f"freeze reported {reported:.1f}s after SIGSTOP; frozen {down:.1f}s")
+
+    published = condition(failed, "BindingsPublished")
+    assert published["reason"] in ("DatabaseUnavailable", "PassTimedOut"), (published, more())
+    # Within the pass deadline (60 s), with room for the probes still finishing and the load.
+    assert reported < 60 + 30, (reported, more())
+    assert not failed["status"].get("publishedRevision"), failed["status"]
+
+    healed = wait_ready(kube_cluster, namespace, bundle, more)
+    assert condition(healed, "BindingsPublished")["reason"] == "Published", more()
+    counts = row_counts(database, bundle)
+    assert counts == {"artifacts": ARTIFACTS, "bindings": ARTIFACTS, "problems": 0}, more()
+    wrote: dict[str, Any] = writers(database, bundle)
+    assert len(set().union(*wrote.values())) == 1, (wrote, more())  # one transaction
     assert not recorder.duplicates(), more()

@@ -66,7 +66,7 @@ from taskhandler_operator.kube.duration import parse_duration
 from taskhandler_operator.kube.probe_job import BundleIdentity
 from taskhandler_operator.kube.spec import DeletionPolicy, TaskHandlerBundleSpec
 from taskhandler_operator.kube.status import ConditionType, TaskHandlerBundleStatus
-from taskhandler_operator.reconcile.errors import OwnershipConflict, PassError
+from taskhandler_operator.reconcile.errors import Deposed, OwnershipConflict, PassError
 from taskhandler_operator.reconcile.models import BundleSpec
 from taskhandler_operator.reconcile.steps import PassMemory, PassOutcome, PassPorts, run_pass
 from taskhandler_operator.records import BundleOwner
@@ -241,6 +241,7 @@ async def _reconcile(
         claims=ClaimGuard(
             runtime.kube, runtime.engine, runtime.options.cluster_id, inputs.reference()
         ),
+        timeout=runtime.settings.pass_timeout,
     )
     pass_spec = BundleSpec(
         bundle_name=spec.bundle_name,
@@ -259,6 +260,10 @@ async def _reconcile(
         outcome = await run_pass(pass_spec, ports)
     except PassError as exc:
         error = exc
+    if isinstance(error, Deposed):
+        # Another replica leads: write nothing more, the status included (it reports).
+        log.error("pass abandoned, this replica no longer leads: %s", error)
+        return PassReport(old, False, None, interval)
     revision = syncer.last.id if syncer.last is not None else None
     set_revision(revision)
     in_sync: DagBundleSync | None = None
@@ -481,7 +486,9 @@ async def delete_bundle(inputs: BundleInputs, runtime: OperatorRuntime) -> str:
     elif isinstance(spec_name, str) and spec_name:
         try:
             if policy == DeletionPolicy.DELETE.value:
-                deleted = await delete_bundle_rows(runtime.engine, spec_name, owner=owner)
+                deleted = await delete_bundle_rows(
+                    runtime.engine, spec_name, owner=owner, fence=runtime.fence
+                )
                 if deleted.claim_released:
                     what = (
                         f"removed {deleted.bindings} bindings, {deleted.artifacts} artifacts "

@@ -110,6 +110,34 @@ class _StartupError(Exception):
     pass
 
 
+async def _record_term(runtime: Any, elector: Any, lease_namespace: str, lease_name: str) -> bool:
+    """Begin the leader fence's term (db/fence.py) and try to record it at once, so a deposed
+    predecessor's writes are refused from now on. A database that is down only delays it: the
+    first write records it. False when a newer term is recorded (this replica steps down)."""
+    from taskhandler_operator.db.engine import DatabaseError
+    from taskhandler_operator.db.fence import FencedOut
+
+    term = elector.term
+    if term is None:  # the Lease was lost before the work started
+        return False
+    fence = runtime.fence
+    fence.on_deposed = elector.step_down
+    fence.begin(
+        lease_namespace=lease_namespace,
+        lease_name=lease_name,
+        lease_uid=term.lease_uid,
+        holder=term.holder,
+        transitions=term.transitions,
+    )
+    try:
+        await fence.record(runtime.engine)
+    except FencedOut:
+        return False
+    except DatabaseError as exc:
+        log.warning("cannot record the leadership term yet (%s); the first write will", exc)
+    return True
+
+
 def _api_client(kubeconfig: str | None) -> Any:
     from kubernetes import client, config
 
@@ -202,6 +230,8 @@ async def _main(
         )
 
         async def work() -> None:
+            if not await _record_term(runtime, elector, lease_namespace, args.lease_name):
+                return  # a newer leader is recorded: the elector steps down
             kopf_settings = kopf.OperatorSettings()
             configure(kopf_settings)
             registry = build_registry(SwitchboardConfig(runtime, kubeconfig=args.kubeconfig))

@@ -20,6 +20,13 @@ this is client-go's algorithm written for asyncio, with client-go's defaults:
   by its resourceVersion), so a standby takes over at its next retry instead of after the lease
   duration. After SIGKILL there is no release; the standby waits out the lease duration.
 
+* **Step down**: :meth:`LeaderElector.step_down` ends leadership as a lost Lease does (work
+  cancelled, ``on_stopped``, no release): the operator calls it when the database's leader fence
+  refuses its term (``db/fence.py``), which the Lease alone cannot notice after a stall.
+
+:attr:`LeaderElector.term` is the Lease's uid, holder and ``leaseTransitions`` while leading:
+the token the fence records and every write checks.
+
 Lease calls go through a :class:`~taskhandler_operator.controller.kubeapi.KubeApi` of its own
 (own executor, short timeouts), so reconcile traffic cannot delay a renewal.
 """
@@ -125,6 +132,15 @@ def held_by_other(record: LeaseRecord, me: str, observed_at: float, now: float) 
     return now < observed_at + record.duration
 
 
+@dataclass(frozen=True)
+class LeaseTerm:
+    """One holder's tenure of one Lease object: what the leader fence records."""
+
+    lease_uid: str
+    holder: str
+    transitions: int
+
+
 class Outcome(enum.Enum):
     NEVER_LED = "never_led"
     """Stopped while still a standby."""
@@ -164,6 +180,7 @@ class LeaderElector:
         self._last_error: str | None = None
         self._reported_holder: str | None = None
         self._owns_api = False
+        self._deposed: str | None = None
 
     @classmethod
     def on_client(
@@ -190,8 +207,25 @@ class LeaderElector:
     def identity(self) -> str:
         return self.config.identity
 
+    @property
+    def term(self) -> LeaseTerm | None:
+        """The term this replica leads in (the Lease as last written by us); None unless
+        leading."""
+        if not self._leading or self._lease is None:
+            return None
+        meta = self._lease.get("metadata") or {}
+        record = LeaseRecord.of(self._lease)
+        return LeaseTerm(str(meta.get("uid") or ""), record.holder, record.transitions)
+
     def stop(self) -> None:
         """Ask :meth:`run` to stop gracefully (work first, then release). Safe to call twice."""
+        self._stop.set()
+
+    def step_down(self, why: str) -> None:
+        """Stop leading at once, as on a lost Lease: the work is cancelled, ``on_stopped`` runs
+        and the Lease is not released (someone else holds it). Safe to call twice."""
+        if self._deposed is None:
+            self._deposed = why
         self._stop.set()
 
     async def run(
@@ -255,6 +289,8 @@ class LeaderElector:
         while True:
             self._tick()
             deadline = self._renewed_at + self.config.renew_deadline
+            if self._deposed is not None:
+                return self._lost(self._deposed)
             if self._stop.is_set():
                 return Outcome.RELEASED
             if task.done():

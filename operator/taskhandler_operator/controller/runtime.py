@@ -32,7 +32,8 @@ from taskhandler_operator.controller.kubeapi import KubeApi
 from taskhandler_operator.controller.logs import Redactor
 from taskhandler_operator.controller.metrics import Metrics
 from taskhandler_operator.controller.probing import JobSignals
-from taskhandler_operator.db.engine import DatabaseError, create_engine
+from taskhandler_operator.db.engine import DatabaseError, DatabaseTimeouts, create_engine
+from taskhandler_operator.db.fence import Fence
 from taskhandler_operator.db.inventory import InventoryDelta
 from taskhandler_operator.db.watermark import RowsWatermark
 from taskhandler_operator.kube.probe_job import ProbePodSettings
@@ -42,7 +43,13 @@ from taskhandler_operator.sources.server import ArtifactServer
 from taskhandler_operator.sources.signing import generate_key
 from taskhandler_operator.sources.store import RevisionStore
 
-__all__ = ["InventoryPoller", "OperatorRuntime", "RuntimeOptions", "affected_queues"]
+__all__ = [
+    "InventoryPoller",
+    "OperatorRuntime",
+    "RuntimeOptions",
+    "affected_queues",
+    "database_timeouts",
+]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +69,18 @@ class RuntimeOptions:
     health_host: str = "0.0.0.0"  # noqa: S104 - the kubelet probes the pod IP
     inventory_poll_seconds: float = INVENTORY_POLL_SECONDS
     pod_settings: ProbePodSettings = field(default_factory=ProbePodSettings)
+
+
+def database_timeouts(settings: Settings) -> DatabaseTimeouts:
+    """The bounds of every database wait, from the settings."""
+    return DatabaseTimeouts(
+        connect=settings.database_connect_timeout,
+        statement=settings.database_statement_timeout,
+        lock=settings.database_lock_timeout,
+        idle_in_transaction=settings.database_idle_in_transaction_timeout,
+        tcp_user_timeout=settings.database_tcp_user_timeout,
+        keepalives_idle=settings.database_keepalives_idle,
+    )
 
 
 def affected_queues(
@@ -177,6 +196,7 @@ class OperatorRuntime:
     poller: InventoryPoller
     redactor: Redactor
     reconciler_heartbeat: Heartbeat
+    fence: Fence
 
     @property
     def runtime_images(self) -> dict[Language, str]:
@@ -217,8 +237,9 @@ class OperatorRuntime:
             wakeups.wake(*bundle, "probe slot free")
 
         slots = JobSlots(settings.probe_parallelism, on_freed=freed)
-        engine = create_engine(url)
-        store = DatabaseStore(engine)
+        engine = create_engine(url, timeouts=database_timeouts(settings))
+        fence = Fence(options.cluster_id)
+        store = DatabaseStore(engine, fence=fence)
         revisions = RevisionStore(Path(settings.revision_store), keep=settings.revisions_kept)
         await revisions.open()
         host, _, port = settings.artifact_server_bind.rpartition(":")
@@ -255,6 +276,7 @@ class OperatorRuntime:
             poller=poller,
             redactor=redactor,
             reconciler_heartbeat=reconciler,
+            fence=fence,
         )
         servers: list[HealthServer] = []
         tasks: list[asyncio.Task[None]] = []

@@ -13,6 +13,16 @@ driver's and SQLAlchemy's exceptions into three kinds a caller can act on:
   (the database does not exist, authentication failed, no privilege). Not retryable.
 * anything else propagates unchanged: a bug or a schema problem, retrying will not help.
 
+Every wait is bounded (:class:`DatabaseTimeouts`, from the operator's settings): the server
+cancels a statement after ``statement_timeout`` and a lock wait after ``lock_timeout``, and ends a
+session left idle in a transaction after ``idle_in_transaction_session_timeout`` (set per session
+when the connection is made, so they also work behind a pooler that refuses libpq ``options``);
+TCP keepalives and ``tcp_user_timeout`` notice a dead peer, ``connect_timeout`` an unanswered
+connection. A server that accepts but never answers (stopped, or a half-open connection whose
+kernel still acknowledges) cancels nothing itself, so the async engine's connections also give
+up on the client side when an answer takes longer than the statement timeout plus a margin: the
+connection is closed and the call fails with :class:`DatabaseUnavailable`.
+
 URLs are checked up front (:func:`normalize_url`): a malformed or unsupported URL is an
 :class:`InvalidDatabaseUrl` with a one-line message that never shows the password, instead of
 an error from deep inside the driver (or, for a NUL byte, a silently different connection).
@@ -20,11 +30,15 @@ an error from deep inside the driver (or, for a NUL byte, a silently different c
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from typing import Any
 
+import psycopg
+import psycopg.errors
 import sqlalchemy.exc
 from sqlalchemy import Engine
 from sqlalchemy import create_engine as create_sync_engine_sa
@@ -34,6 +48,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 DRIVER = "postgresql+psycopg"
 DEFAULT_CONNECT_TIMEOUT = 10
 APPLICATION_NAME = "taskhandler-operator"
+#: Seconds the client waits for an answer beyond the statement timeout before it gives up on
+#: the connection: long enough for a live server's own cancel to arrive first.
+ANSWER_MARGIN = 5.0
 
 # SQLSTATEs for "PostgreSQL rolled the transaction back to let another one proceed".
 _CONFLICT_SQLSTATES = frozenset({"40001", "40P01"})
@@ -233,24 +250,140 @@ def describe(url: str | URL) -> str:
     return f"{parsed.host or 'localhost'}{port}/{parsed.database or ''}"
 
 
-def _connect_args(connect_timeout: int, application_name: str) -> dict[str, Any]:
-    return {"connect_timeout": connect_timeout, "application_name": application_name}
+@dataclass(frozen=True)
+class DatabaseTimeouts:
+    """How long any wait on the database may last, in seconds (docs/settings.md).
+
+    ``statement``, ``lock`` and ``idle_in_transaction`` are the server's session settings (0
+    leaves the server's own value); the others are libpq's connection parameters. ``answer`` is
+    the client's own bound on one round trip (see the module docstring).
+    """
+
+    connect: int = DEFAULT_CONNECT_TIMEOUT
+    statement: float = 60.0
+    lock: float = 30.0
+    idle_in_transaction: float = 60.0
+    tcp_user_timeout: float = 30.0
+    keepalives_idle: int = 30
+    keepalives_interval: int = 10
+    keepalives_count: int = 3
+
+    @property
+    def answer(self) -> float | None:
+        """Seconds to wait for one answer before closing the connection; None: no bound."""
+        return self.statement + ANSWER_MARGIN if self.statement > 0 else None
+
+    def session_settings(self) -> dict[str, str]:
+        """The server settings each new session gets, in milliseconds (0: not set)."""
+        wanted = {
+            "statement_timeout": self.statement,
+            "lock_timeout": self.lock,
+            "idle_in_transaction_session_timeout": self.idle_in_transaction,
+        }
+        return {name: str(round(s * 1000)) for name, s in wanted.items() if s > 0}
+
+
+#: The migration and CLI engines: TCP liveness only. A migration legitimately runs long
+#: statements and waits on the migration lock for another migrator.
+TCP_ONLY = DatabaseTimeouts(statement=0, lock=0, idle_in_transaction=0)
+
+
+def _connect_args(url: URL, timeouts: DatabaseTimeouts, application_name: str) -> dict[str, Any]:
+    """libpq parameters; one the URL's query names already is the user's choice and wins."""
+    args: dict[str, Any] = {
+        "connect_timeout": timeouts.connect,
+        "application_name": application_name,
+        "keepalives": 1,
+        "keepalives_idle": timeouts.keepalives_idle,
+        "keepalives_interval": timeouts.keepalives_interval,
+        "keepalives_count": timeouts.keepalives_count,
+        "tcp_user_timeout": round(timeouts.tcp_user_timeout * 1000),
+    }
+    return {key: value for key, value in args.items() if key not in url.query}
+
+
+class NoAnswer(psycopg.OperationalError):
+    """The server did not answer within the client's bound; the connection was closed."""
+
+
+class BoundedConnection(psycopg.AsyncConnection[Any]):
+    """A psycopg connection that never waits longer than ``answer_timeout`` for one answer.
+
+    psycopg funnels every round trip of an async connection (query, commit, rollback, the
+    pool's ping) through :meth:`wait`; a server that never answers would otherwise hold the
+    caller for ever (cancelling the caller makes psycopg send a cancel request that the same
+    server never answers either).
+    """
+
+    answer_timeout: float | None = None
+
+    async def wait(
+        self,
+        gen: Any,
+        interval: float = 0.1,
+        timeout: float | None = None,  # noqa: ASYNC109 - psycopg's signature
+    ) -> Any:
+        bound = timeout if timeout is not None else self.answer_timeout
+        try:
+            return await super().wait(gen, interval=interval, timeout=bound)
+        except psycopg.errors._WaitTimeout:  # psycopg's own (internal) timeout error
+            if timeout is not None:
+                raise
+            # Mid-protocol: the connection's state is unknown, never reuse it.
+            self.pgconn.finish()
+            raise NoAnswer(
+                f"no answer from the database within {bound:.0f}s; connection closed"
+            ) from None
+
+
+def _connector(
+    timeouts: DatabaseTimeouts,
+) -> Callable[..., Awaitable[BoundedConnection]]:
+    settings = timeouts.session_settings()
+    calls = ", ".join(f"set_config('{name}', %s, false)" for name in settings)
+
+    async def connect(*args: Any, **kwargs: Any) -> BoundedConnection:
+        conn = await BoundedConnection.connect(*args, **kwargs)
+        conn.answer_timeout = timeouts.answer
+        if settings:
+            try:
+                # Per session (not libpq ``options``, which PgBouncer refuses), committed so a
+                # later rollback keeps them.
+                await conn.execute(f"SELECT {calls}", list(settings.values()))
+                await conn.commit()
+            except BaseException:
+                await conn.close()
+                raise
+        return conn
+
+    return connect
 
 
 def create_engine(
     url: str | URL,
     *,
-    connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
+    timeouts: DatabaseTimeouts | None = None,
+    connect_timeout: int | None = None,
     application_name: str = APPLICATION_NAME,
     pool_size: int = 5,
 ) -> AsyncEngine:
-    """The async engine (psycopg 3) the operator's reconcile loop uses."""
+    """The async engine (psycopg 3) the operator's reconcile loop uses, every wait bounded by
+    ``timeouts`` (``connect_timeout`` overrides its connect timeout)."""
+    timeouts = timeouts or DatabaseTimeouts()
+    if connect_timeout is not None:
+        timeouts = dataclasses.replace(timeouts, connect=connect_timeout)
+    parsed = normalize_url(url)
     return create_async_engine(
-        normalize_url(url),
+        parsed,
         pool_size=pool_size,
         # A connection the server dropped while idle is replaced instead of failing a pass.
         pool_pre_ping=True,
-        connect_args=_connect_args(connect_timeout, application_name),
+        # The pool's own wait for a free connection is bounded too.
+        pool_timeout=timeouts.answer or 30.0,
+        connect_args={
+            **_connect_args(parsed, timeouts, application_name),
+            "async_creator_fn": _connector(timeouts),
+        },
     )
 
 
@@ -260,11 +393,14 @@ def create_sync_engine(
     connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
     application_name: str = APPLICATION_NAME,
 ) -> Engine:
-    """A sync engine, for migrations (Alembic is synchronous) and the sync read path."""
+    """A sync engine, for migrations (Alembic is synchronous) and the sync read path: a bounded
+    connect and TCP keepalives, no statement or lock timeout (see :data:`TCP_ONLY`)."""
+    parsed = normalize_url(url)
+    timeouts = dataclasses.replace(TCP_ONLY, connect=connect_timeout)
     return create_sync_engine_sa(
-        normalize_url(url),
+        parsed,
         pool_pre_ping=True,
-        connect_args=_connect_args(connect_timeout, application_name),
+        connect_args=_connect_args(parsed, timeouts, application_name),
     )
 
 

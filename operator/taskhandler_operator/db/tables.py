@@ -28,6 +28,9 @@ We never add columns to those. Operator-only bookkeeping lives in ``thop_``-pref
   each other's rows without it; the database is the only place all operators see.
 * ``thop_queue_claim``: which bundle name serves each stub queue, across operators too; it goes
   with its bundle's claim (``ON DELETE CASCADE``).
+* ``thop_leader_fence``: the newest leadership term of each operator Lease (holder and
+  ``leaseTransitions``), which every write transaction checks so a deposed leader cannot write
+  (see ``db/fence.py``).
 
 The migrations in ``migrations/versions`` create exactly these shapes; a test compares them.
 """
@@ -84,6 +87,7 @@ PROBLEM_TABLE = "thop_bundle_problem"
 BUNDLE_CLAIM_TABLE = "thop_bundle_claim"
 QUEUE_CLAIM_TABLE = "thop_queue_claim"
 ORIGIN_TABLE = "thop_table_origin"
+LEADER_FENCE_TABLE = "thop_leader_fence"
 #: Where ``db handover`` keeps the Airflow-named tables until Airflow has created its own.
 HOLD_ARTIFACT_TABLE = "thop_handover_artifact"
 HOLD_BINDING_TABLE = "thop_handover_binding"
@@ -339,6 +343,27 @@ class QueueClaimRow(Base):
     )
 
 
+class LeaderFenceRow(Base):
+    """Operator-only: the newest leadership term of one operator Lease (see ``db/fence.py``)."""
+
+    __tablename__ = LEADER_FENCE_TABLE
+    __table_args__ = (
+        PrimaryKeyConstraint(
+            "cluster_id", "lease_namespace", "lease_name", name="thop_leader_fence_pkey"
+        ),
+    )
+
+    cluster_id: Mapped[str] = mapped_column(String(CLUSTER_ID_LENGTH), nullable=False)
+    lease_namespace: Mapped[str] = mapped_column(String(KUBE_NAME_LENGTH), nullable=False)
+    lease_name: Mapped[str] = mapped_column(String(KUBE_NAME_LENGTH), nullable=False)
+    lease_uid: Mapped[str] = mapped_column(String(KUBE_UID_LENGTH), nullable=False)
+    holder: Mapped[str] = mapped_column(Text, nullable=False)
+    transitions: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    recorded_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+
+
 # Core handles for the bulk statements of the write and read paths.
 artifact_table: Table = metadata.tables[ARTIFACT_TABLE]
 binding_table: Table = metadata.tables[BINDING_TABLE]
@@ -347,6 +372,7 @@ problem_table: Table = metadata.tables[PROBLEM_TABLE]
 bundle_claim_table: Table = metadata.tables[BUNDLE_CLAIM_TABLE]
 queue_claim_table: Table = metadata.tables[QUEUE_CLAIM_TABLE]
 origin_table: Table = metadata.tables[ORIGIN_TABLE]
+leader_fence_table: Table = metadata.tables[LEADER_FENCE_TABLE]
 
 
 def _clause(name: str, source: Table) -> TableClause:

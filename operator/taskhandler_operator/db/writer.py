@@ -5,9 +5,10 @@ A pass hands over the bundle's current artifacts and one verdict per Dag
 whatever the number of artifacts or bindings (every row set travels as one array parameter per
 column and is expanded with ``unnest``):
 
-1. take a per-bundle advisory lock, so two passes of the same bundle serialize, and hold the
-   bundle name's claim (:mod:`~taskhandler_operator.db.claims`): a pass whose owner does not
-   hold it is refused before it writes anything;
+1. take a per-bundle advisory lock, so two passes of the same bundle serialize; with a
+   :class:`~taskhandler_operator.db.fence.Fence`, refuse a deposed leader (its term is no longer
+   the Lease's newest); hold the bundle name's claim (:mod:`~taskhandler_operator.db.claims`):
+   a pass whose owner does not hold it is refused before it writes anything;
 2. upsert the artifact rows (``INSERT ... ON CONFLICT`` on ``(bundle_name,
    relative_fileloc_hash)``: a concurrent writer of the same artifact, ours or Airflow's,
    neither fails nor duplicates), then the revision each freshly probed artifact came from;
@@ -36,6 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from taskhandler_operator.db.claims import hold_claim, release_claim_in
 from taskhandler_operator.db.engine import translate_errors
+from taskhandler_operator.db.fence import Fence
 from taskhandler_operator.db.tables import (
     artifact_table,
     binding_table,
@@ -90,15 +92,21 @@ __all__ = [
 ]
 
 
-async def write_pass(engine: AsyncEngine, bundle_pass: BundlePass) -> PassResult:
-    """Write one bundle pass in its own transaction; nothing is committed on any error."""
+async def write_pass(
+    engine: AsyncEngine, bundle_pass: BundlePass, *, fence: Fence | None = None
+) -> PassResult:
+    """Write one bundle pass in its own transaction; nothing is committed on any error
+    (:class:`~taskhandler_operator.db.fence.FencedOut` included)."""
+    await _record_term(engine, fence)
     async with translate_errors(), engine.begin() as conn:
-        return await write_pass_in(conn, bundle_pass)
+        return await write_pass_in(conn, bundle_pass, fence=fence)
 
 
-async def write_pass_in(conn: AsyncConnection, bundle_pass: BundlePass) -> PassResult:
+async def write_pass_in(
+    conn: AsyncConnection, bundle_pass: BundlePass, *, fence: Fence | None = None
+) -> PassResult:
     """The statements of a pass on a connection whose transaction the caller owns."""
-    return await _PassWriter(conn, bundle_pass).run()
+    return await _PassWriter(conn, bundle_pass, fence).run()
 
 
 async def record_artifacts(
@@ -107,13 +115,15 @@ async def record_artifacts(
     records: Sequence[ArtifactRecord],
     *,
     owner: BundleOwner,
+    fence: Fence | None = None,
 ) -> ArtifactCounts:
     """Upsert artifact rows (and their probe revisions) on their own, e.g. as soon as probe
     answers arrive; no binding is touched. Like every write it holds the bundle's claim (under
     the bundle lock); the upsert itself still tolerates any other writer of the same artifacts,
     Airflow's included."""
+    await _record_term(engine, fence)
     async with translate_errors(), engine.begin() as conn:
-        return await record_artifacts_in(conn, bundle_name, records, owner=owner)
+        return await record_artifacts_in(conn, bundle_name, records, owner=owner, fence=fence)
 
 
 async def record_artifacts_in(
@@ -122,12 +132,13 @@ async def record_artifacts_in(
     records: Sequence[ArtifactRecord],
     *,
     owner: BundleOwner,
+    fence: Fence | None = None,
 ) -> ArtifactCounts:
     """:func:`record_artifacts` on a connection whose transaction the caller owns."""
     bundle_pass = BundlePass(
         bundle_name=bundle_name, owner=owner, queues=(), artifacts=tuple(records)
     )
-    writer = _PassWriter(conn, bundle_pass)
+    writer = _PassWriter(conn, bundle_pass, fence)
     await writer.write_artifacts()
     result = writer.result
     return ArtifactCounts(
@@ -135,6 +146,12 @@ async def record_artifacts_in(
         updated=result.artifacts_updated,
         probes_written=result.probes_written,
     )
+
+
+async def _record_term(engine: AsyncEngine, fence: Fence | None) -> None:
+    """A leader records its term before its first write (a no-op after that)."""
+    if fence is not None:
+        await fence.record(engine)
 
 
 # --- the pass ----------------------------------------------------------------------------------
@@ -147,9 +164,12 @@ def _outcome(verdict: DagVerdict, conflicted: set[str]) -> DagOutcome:
 
 
 class _PassWriter:
-    def __init__(self, conn: AsyncConnection, bundle_pass: BundlePass) -> None:
+    def __init__(
+        self, conn: AsyncConnection, bundle_pass: BundlePass, fence: Fence | None = None
+    ) -> None:
         self.conn = conn
         self.bundle_pass = bundle_pass
+        self.fence = fence
         self.result = PassResult(bundle_name=bundle_pass.bundle_name)
 
     async def _execute(self, statement: Executable, params: dict[str, Any]) -> Result[Any]:
@@ -162,6 +182,7 @@ class _PassWriter:
         p = self.bundle_pass
         params = await asyncio.to_thread(prepare_params, p)
         await self._execute(advisory_lock_statement(), {"lock_key": params.lock_key})
+        await self.check_fence()
         await self.hold_claim(p.queues)
         await self._write_artifacts(params)
 
@@ -212,6 +233,12 @@ class _PassWriter:
         self.result.dag_outcomes = {v.dag_id: _outcome(v, conflicted) for v in p.verdicts}
         return self.result
 
+    async def check_fence(self) -> None:
+        """Under the bundle lock, before any write: refuse a deposed leader (FencedOut)."""
+        if self.fence is not None:
+            self.result.statements += 1
+            await self.fence.check(self.conn, f"write of bundle {self.bundle_pass.bundle_name!r}")
+
     async def hold_claim(self, queues: Sequence[str] | None) -> None:
         """Refuse (BundleClaimed, QueueClaimed) before writing anything unless the pass's owner
         holds the bundle name; take the claim when it is free."""
@@ -225,6 +252,7 @@ class _PassWriter:
     async def write_artifacts(self) -> None:
         params = await asyncio.to_thread(prepare_params, self.bundle_pass)
         await self._execute(advisory_lock_statement(), {"lock_key": params.lock_key})
+        await self.check_fence()
         await self.hold_claim(None)
         await self._write_artifacts(params)
 
@@ -267,7 +295,7 @@ class _PassWriter:
 
 
 async def delete_bundle_rows(
-    engine: AsyncEngine, bundle_name: str, *, owner: BundleOwner
+    engine: AsyncEngine, bundle_name: str, *, owner: BundleOwner, fence: Fence | None = None
 ) -> BundleRowsDeleted:
     """Remove everything a bundle wrote (``deletionPolicy: Delete``) and release its claim, in
     one transaction — only under a claim ``owner`` holds.
@@ -280,8 +308,11 @@ async def delete_bundle_rows(
     bundle's claim (``ON DELETE CASCADE``).
     """
     params = {"lock_key": bundle_lock_key(bundle_name)}
+    await _record_term(engine, fence)
     async with translate_errors(), engine.begin() as conn:
         await conn.execute(advisory_lock_statement(), params)
+        if fence is not None:
+            await fence.check(conn, f"deletion of bundle {bundle_name!r}")
         if not await release_claim_in(conn, bundle_name, owner):
             return BundleRowsDeleted(bindings=0, artifacts=0, problems=0, claim_released=False)
         deleted = await delete_rows_in(conn, bundle_name)

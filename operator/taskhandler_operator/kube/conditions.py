@@ -85,6 +85,10 @@ class Reason(StrEnum):
     TRANSACTION_CONFLICT = "TransactionConflict"
     DATABASE_ERROR = "DatabaseError"
     INTERNAL_ERROR = "InternalError"
+    # Any of the three, by the step that ran out of time.
+    PASS_TIMED_OUT = "PassTimedOut"  # noqa: S105 - a reason, not a secret
+    # Never published: a deposed replica writes no status (reconcile/errors.py).
+    LEADER_DEPOSED = "LeaderDeposed"
     # Stalled (Ready False with the same reason).
     INVALID_SPEC = "InvalidSpec"
     BUNDLE_NAME_CONFLICT = "BundleNameConflict"

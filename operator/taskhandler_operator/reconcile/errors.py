@@ -17,8 +17,13 @@ error                         step        component  retryable   reason
 :class:`OwnershipConflict`    write       ownership  no          ``BundleClaimed``,
                                                                  ``QueueClaimed``
 :class:`ProberFailed`         probe       prober     yes         ``ProberFailed``
+:class:`PassTimedOut`         any         operator   yes         ``PassTimedOut``
+:class:`Deposed`              write       operator   no          ``LeaderDeposed``
 :class:`InternalError`        any         operator   yes         ``InternalError``
 ============================  ==========  =========  ==========  =========================
+
+``Deposed`` is never published: a replica whose write the leader fence refused writes nothing
+more, its status included, and steps down (``db/fence.py``).
 
 A non-retryable error lasts until something outside the operator changes (another resource,
 the spec); retrying it on every interval is harmless but pointless.
@@ -30,6 +35,7 @@ from typing import Literal
 
 from taskhandler_operator.db.claims import BundleClaimed, ClaimError, QueueClaimed
 from taskhandler_operator.db.engine import DatabaseError, DatabaseUnavailable, TransactionConflict
+from taskhandler_operator.db.fence import FencedOut
 from taskhandler_operator.kube.conditions import Reason
 from taskhandler_operator.reconcile.models import StepName
 
@@ -93,6 +99,28 @@ class ProberFailed(PassError):
     default_reason = Reason.PROBER_FAILED
 
 
+class PassTimedOut(PassError):
+    """The pass ran past its deadline (``THOP_PASS_TIMEOUT``) and was abandoned in ``step``."""
+
+    component: Component = "operator"
+    default_reason = Reason.PASS_TIMED_OUT
+
+    def __init__(self, step: StepName, timeout: float) -> None:
+        super().__init__(
+            step,
+            f"the pass did not finish within {timeout:g}s (THOP_PASS_TIMEOUT) and was "
+            f"abandoned in step {step}; retrying (probe Jobs keep running and are adopted)",
+        )
+
+
+class Deposed(PassError):
+    """The leader fence refused the write: another replica leads now."""
+
+    component: Component = "operator"
+    retryable = False
+    default_reason = Reason.LEADER_DEPOSED
+
+
 class InternalError(PassError):
     component: Component = "operator"
 
@@ -103,6 +131,8 @@ def classify(step: StepName, error: BaseException) -> PassError:
         return error
     if isinstance(error, ClaimError):
         return OwnershipConflict(step, error)
+    if isinstance(error, FencedOut):
+        return Deposed(step, str(error))
     if isinstance(error, DatabaseError):
         return DatabaseFailed(step, error)
     text = str(error) or type(error).__name__

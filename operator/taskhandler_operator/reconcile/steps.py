@@ -46,7 +46,7 @@ from taskhandler_operator.artifacts.planner import (
 )
 from taskhandler_operator.db.watermark import RowsWatermark
 from taskhandler_operator.db.write_models import BundlePass, PassResult
-from taskhandler_operator.reconcile.errors import PassError, classify
+from taskhandler_operator.reconcile.errors import PassError, PassTimedOut, classify
 from taskhandler_operator.reconcile.models import (
     ArtifactIssue,
     BundleSpec,
@@ -314,6 +314,8 @@ class PassPorts:
     watermarks: Watermarks | None = None
     # Given: the claim is checked before planning, so a later claimant probes nothing.
     claims: ClaimCheck | None = None
+    # Seconds the whole pass may take; past it the running step is abandoned (PassTimedOut).
+    timeout: float | None = None
 
 
 @dataclass(frozen=True)
@@ -335,11 +337,13 @@ async def run_pass(spec: BundleSpec, ports: PassPorts) -> PassOutcome:
     clock = ports.clock
     started_at = clock.now()
     seconds: dict[str, float] = {}
+    loop = asyncio.get_running_loop()
+    deadline = None if ports.timeout is None else loop.time() + ports.timeout
 
     async def step(name: StepName, work: Awaitable[T], label: str | None = None) -> T:
         began = clock.monotonic()
         try:
-            return await work
+            return await _within(name, work, deadline, ports.timeout)
         except Exception as exc:
             if ports.memory is not None:
                 ports.memory.forget()  # after a failure, retryable or not: the whole path
@@ -400,6 +404,23 @@ async def run_pass(spec: BundleSpec, ports: PassPorts) -> PassOutcome:
     if memory is not None and seen is not None:
         memory.remember(seen, outcome)
     return outcome
+
+
+async def _within(
+    name: StepName, work: Awaitable[T], deadline: float | None, budget: float | None
+) -> T:
+    """``work``, abandoned with :class:`PassTimedOut` at the pass's deadline (loop time);
+    ``budget`` is the pass's whole timeout, for the message."""
+    if deadline is None or budget is None:
+        return await work
+    limit = asyncio.timeout_at(deadline)
+    try:
+        async with limit:
+            return await work
+    except TimeoutError:
+        if limit.expired():
+            raise PassTimedOut(name, budget) from None
+        raise
 
 
 # --- the unchanged pass ------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from typing import Protocol
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from taskhandler_operator.airflow.serialized import DagStubs
+from taskhandler_operator.db.fence import Fence
 from taskhandler_operator.db.inventory import InventoryDelta, StubInventory
 from taskhandler_operator.db.known_artifacts import (
     load_known_artifacts,
@@ -74,9 +75,17 @@ class DatabaseStore:
     only changed Dags parsed); it is safe to refresh from concurrent passes.
     """
 
-    def __init__(self, engine: AsyncEngine, inventory: StubInventory | None = None) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        inventory: StubInventory | None = None,
+        *,
+        fence: Fence | None = None,
+    ) -> None:
         self.engine = engine
         self.inventory = inventory if inventory is not None else StubInventory()
+        # A leader's writes are fenced (db/fence.py); None: unfenced (tools, tests).
+        self.fence = fence
         # What the latest refresh found (for logs and metrics); None before the first.
         self.last_delta: InventoryDelta | None = None
 
@@ -91,7 +100,7 @@ class DatabaseStore:
         return self.inventory.dags
 
     async def write(self, bundle_pass: BundlePass) -> PassResult:
-        return await write_pass(self.engine, bundle_pass)
+        return await write_pass(self.engine, bundle_pass, fence=self.fence)
 
     async def recent_stub_inventory(self) -> Mapping[str, DagStubs]:
         return await self.stub_inventory()  # alone, nobody else refreshes it: always fresh

@@ -495,3 +495,31 @@ async def test_processes_sigkill_then_sigterm(
     assert await holder() == "third_3"
     after_release = time.monotonic() - started_at
     print(f"SIGKILL takeover {took:.1f}s; new candidate after a release {after_release:.1f}s")
+
+
+async def test_the_term_is_the_leases_and_step_down_ends_leading_without_releasing(
+    kube_api: k8s_client.ApiClient, kubeapi: KubeApi, kube_namespace: str
+) -> None:
+    """The leader fence's token (db/fence.py) comes from the Lease; a replica the fence refuses
+    stops leading at once, as on a lost Lease, and leaves the Lease alone."""
+    ns = kube_namespace
+    async with candidates(kube_api, fast(ns, "a_1"), fast(ns, "b_2")) as group:
+        leader = await leader_among(group)
+        standby = next(c for c in group if c is not leader)
+        assert standby.elector.term is None
+        lease = await lease_of(kubeapi, ns)
+        term = leader.elector.term
+        assert term is not None
+        assert term.lease_uid == lease["metadata"]["uid"]
+        assert term.holder == leader.elector.identity
+        assert term.transitions == lease["spec"].get("leaseTransitions", 0)
+
+        leader.elector.step_down("the database fences writes to someone else")
+        assert await leader.outcome() is Outcome.LOST
+        assert leader.work_cancelled and leader.stopped == 1 and leader.elector.term is None
+        # Not released: the Lease still names it until it expires (the standby waits for that).
+        assert (await lease_of(kubeapi, ns))["spec"]["holderIdentity"] == leader.elector.identity
+        await eventually(lambda: _true(standby.elector.is_leader), "the standby to lead", within=30)
+        taken = standby.elector.term
+        assert taken is not None and taken.transitions == term.transitions + 1
+        assert taken.lease_uid == term.lease_uid

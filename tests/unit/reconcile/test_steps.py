@@ -19,12 +19,16 @@ from taskhandler_operator.airflow.serialized import DagStubs, StubTask
 from taskhandler_operator.artifacts.models import Language
 from taskhandler_operator.db.claims import BundleClaimed
 from taskhandler_operator.db.engine import DatabaseUnavailable
+from taskhandler_operator.db.fence import FencedOut
 from taskhandler_operator.db.write_models import BundlePass, PassResult
 from taskhandler_operator.devenv.packers import write_typescript_bundle
 from taskhandler_operator.protocol.messages import TaskHandlerParsingResult
 from taskhandler_operator.reconcile.errors import (
     DatabaseFailed,
+    Deposed,
     OwnershipConflict,
+    PassError,
+    PassTimedOut,
     ProberFailed,
     SourceFailed,
 )
@@ -397,3 +401,62 @@ async def test_a_later_claimant_stops_before_probing_anything(bundle: Path) -> N
     assert "taskhandler-operator db claims release ts --uid uid-0" in str(owned.value)
     assert claims.asked == [SPEC]
     assert prober.requests == [] and store.written == []
+
+
+class HangingProber:
+    """A probe that never ends (a Job nobody runs, a hung API call)."""
+
+    async def __call__(self, request: ProbeRequest) -> ProbeAccepted | ProbeFailed:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+class HangingStore(FakeStore):
+    """A database that accepts and never answers."""
+
+    async def write(self, bundle_pass: BundlePass) -> PassResult:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+async def test_a_pass_past_its_deadline_is_abandoned_in_the_step_it_is_in(bundle: Path) -> None:
+    with pytest.raises(PassTimedOut) as probing:
+        await run_pass(
+            SPEC, PassPorts(LocalFolderSyncer(bundle), HangingProber(), FakeStore({}), timeout=0.2)
+        )
+    assert (probing.value.step, probing.value.reason, probing.value.retryable) == (
+        "probe",
+        "PassTimedOut",
+        True,
+    )
+    assert "did not finish within 0.2s" in str(probing.value)
+
+    ok_prober = FakeProber({"extract.min.mjs": {}, "load.min.mjs": {}})
+    with pytest.raises(PassTimedOut) as writing:
+        await run_pass(
+            SPEC, PassPorts(LocalFolderSyncer(bundle), ok_prober, HangingStore({}), timeout=0.5)
+        )
+    assert writing.value.step == "write"
+
+
+async def test_a_timeout_raised_inside_a_step_is_not_the_pass_deadline(bundle: Path) -> None:
+    store = FakeStore({})
+    store.fail_known = TimeoutError("the step's own timeout")
+    with pytest.raises(PassError) as failed:
+        ports = PassPorts(LocalFolderSyncer(bundle), FakeProber({}), store, timeout=60)
+        await run_pass(SPEC, ports)
+    assert not isinstance(failed.value, PassTimedOut)
+    assert failed.value.step == "plan"
+
+
+async def test_a_fenced_write_is_a_deposed_leader_never_retried(bundle: Path) -> None:
+    store = FakeStore({})
+    store.fail_write = FencedOut(None, None, "write of bundle 'ts'")
+    ok_prober = FakeProber({"extract.min.mjs": {}, "load.min.mjs": {}})
+    with pytest.raises(Deposed) as deposed:
+        await run_pass(SPEC, PassPorts(LocalFolderSyncer(bundle), ok_prober, store))
+    assert (deposed.value.step, deposed.value.reason, deposed.value.retryable) == (
+        "write",
+        "LeaderDeposed",
+        False,
+    )

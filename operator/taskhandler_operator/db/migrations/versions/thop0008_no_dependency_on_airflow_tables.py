@@ -1,7 +1,7 @@
 """No object of the operator depends on a table Airflow owns.
 
 Revision ID: thop0008
-Revises: thop0005 (chained after the other revisions of this release at merge)
+Revises: thop0007
 
 ``thop_artifact_probe`` had a foreign key (``ON DELETE CASCADE``) into
 ``lang_sdk_task_handler_artifact``. Where Airflow owns that table (adopted, or created by its
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "thop0008"
-down_revision = "thop0005"
+down_revision = "thop0007"
 branch_labels = None
 depends_on = None
 
