@@ -10,12 +10,15 @@ an in-memory stand-in and in production with the real thing:
   driver as a local process);
 * ``Store`` (in :mod:`.store`, beside its database implementation): known artifacts, the stub
   inventory, the write;
-* :class:`Clock`: wall time for ``probed_at``, a monotonic clock for step durations.
+* :class:`Clock`: wall time for ``probed_at``, a monotonic clock for step durations;
+* :class:`Progress` (optional): told when the pass starts probing, so the caller can say so
+  (the controller writes ``Reconciling=True``, ``Probing``) before probes that may take minutes.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -37,6 +40,13 @@ class Syncer(Protocol):
 class Prober(Protocol):
     async def __call__(self, request: ProbeRequest) -> ProbeAccepted | ProbeFailed:
         """One artifact's answer, or why there is none. Raises only for a broken prober."""
+        ...
+
+
+class Progress(Protocol):
+    async def probing(self, revision: str, paths: Sequence[str]) -> None:
+        """The pass is about to probe ``paths`` of ``revision``. Must not raise: a report that
+        cannot be made must not fail the pass."""
         ...
 
 

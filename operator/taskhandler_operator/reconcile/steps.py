@@ -58,7 +58,7 @@ from taskhandler_operator.reconcile.models import (
     SyncedRevision,
     Validated,
 )
-from taskhandler_operator.reconcile.ports import Clock, Prober, Syncer, SystemClock
+from taskhandler_operator.reconcile.ports import Clock, Prober, Progress, Syncer, SystemClock
 from taskhandler_operator.reconcile.store import KnownArtifacts, Store, Watermarks
 from taskhandler_operator.records import ArtifactRecord, TaskHandlerArtifact
 from taskhandler_operator.validation import BrokenCandidate, validate_bundle
@@ -283,6 +283,8 @@ class PassPorts:
     # Both given: a pass whose inputs equal the last unchanged pass's keeps its outcome.
     memory: PassMemory | None = None
     watermarks: Watermarks | None = None
+    # Told before the probe step when there is anything to probe.
+    progress: Progress | None = None
 
 
 @dataclass(frozen=True)
@@ -346,6 +348,8 @@ async def run_pass(spec: BundleSpec, ports: PassPorts) -> PassOutcome:
             return dataclasses.replace(kept, summary=summary)
         memory.forget()  # changed (or failing below): the next pass takes the whole path too
     planned = await step("plan", plan(ports.store, spec, listed))
+    if ports.progress is not None and planned.plan.probe:
+        await ports.progress.probing(synced.revision, [c.rel_path for c in planned.plan.probe])
     probed = await step(
         "probe",
         probe(ports.prober, clock, spec, synced, planned, parallelism=ports.probe_parallelism),
