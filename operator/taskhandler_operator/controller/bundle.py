@@ -30,6 +30,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from taskhandler_operator.artifacts.listing import ListingCache
+from taskhandler_operator.artifacts.models import Candidate
 from taskhandler_operator.controller.backoff import (
     SHARED_RANDOM,
     Backoff,
@@ -420,7 +421,17 @@ class StatusProgress:
     old: TaskHandlerBundleStatus
     written: TaskHandlerBundleStatus | None = None
 
-    async def probing(self, revision: str, paths: Sequence[str]) -> None:
+    async def probing(self, revision: str, candidates: Sequence[Candidate]) -> None:
+        # An artifact waiting out its probe back-off gets no Job in this pass: not news.
+        now = time.monotonic()
+        retries = self.memory.probe_retries
+        paths = [
+            c.rel_path
+            for c in candidates
+            if retries.waiting(c.rel_path, c.cache_digest, now) is None
+        ]
+        if not paths:
+            return
         seen = Observation(
             generation=self.inputs.generation,
             now=datetime.now(UTC),

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Protocol
 
+from taskhandler_operator.artifacts.models import Candidate
 from taskhandler_operator.reconcile.models import (
     BundleSpec,
     ProbeAccepted,
@@ -44,9 +45,9 @@ class Prober(Protocol):
 
 
 class Progress(Protocol):
-    async def probing(self, revision: str, paths: Sequence[str]) -> None:
-        """The pass is about to probe ``paths`` of ``revision``. Must not raise: a report that
-        cannot be made must not fail the pass."""
+    async def probing(self, revision: str, candidates: Sequence[Candidate]) -> None:
+        """The pass is about to probe ``candidates`` of ``revision``. Must not raise: a report
+        that cannot be made must not fail the pass."""
         ...
 
 

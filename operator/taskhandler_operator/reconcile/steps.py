@@ -349,7 +349,7 @@ async def run_pass(spec: BundleSpec, ports: PassPorts) -> PassOutcome:
         memory.forget()  # changed (or failing below): the next pass takes the whole path too
     planned = await step("plan", plan(ports.store, spec, listed))
     if ports.progress is not None and planned.plan.probe:
-        await ports.progress.probing(synced.revision, [c.rel_path for c in planned.plan.probe])
+        await ports.progress.probing(synced.revision, planned.plan.probe)
     probed = await step(
         "probe",
         probe(ports.prober, clock, spec, synced, planned, parallelism=ports.probe_parallelism),

@@ -6,7 +6,9 @@ in tests/e2e/test_operator_health.py)."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import copy
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import SimpleNamespace
@@ -33,6 +35,9 @@ ANSWERS: dict[str, dict[str, Any] | str] = {
     "extract.min.mjs": {"etl": [handler("extract")]},
     "load.min.mjs": {"etl": [handler("load")]},
 }
+
+
+PROBER: contextvars.ContextVar[FakeProber] = contextvars.ContextVar("prober")
 
 
 class FakeApiserver:
@@ -153,9 +158,13 @@ def passes(monkeypatch: pytest.MonkeyPatch, bundle: Path) -> list[str]:
     async def run_pass(spec: BundleSpec, ports: PassPorts) -> PassOutcome:
         if script.pop(0) == "fail":
             raise RuntimeError("boom in the pass\nsecond line of the message")
-        return await real_run_pass(
-            SPEC, PassPorts(LocalFolderSyncer(bundle), FakeProber(ANSWERS), store)
+        local = PassPorts(
+            LocalFolderSyncer(bundle),
+            PROBER.get(FakeProber(ANSWERS)),
+            store,
+            progress=ports.progress,
         )
+        return await real_run_pass(SPEC, local)
 
     monkeypatch.setattr(bundle_module, "run_pass", run_pass)
     return script
@@ -229,7 +238,8 @@ def test_a_status_changed_by_someone_else_is_restored_by_the_next_pass(
     assert [(c["status"], c["reason"]) for c in ready] == [("True", "Succeeded")]
     assert "problems" not in after or after["problems"] == []
     assert third == after
-    assert len(api.patches) == 2  # the first write and the restore; the third pass wrote nothing
+    # Probing and Ready of the first pass, the restore; the third pass wrote nothing.
+    assert len(api.patches) == 3
 
 
 def test_the_own_write_counts_until_the_watch_delivers_it() -> None:
@@ -249,3 +259,70 @@ def test_the_own_write_counts_until_the_watch_delivers_it() -> None:
     assert live.current(BundleInputs.from_body(later)) == ({"a": 9}, "9")
     assert live.status is None and live.superseded == frozenset()
     assert BundleMemory().live.status is None
+
+
+class WatchingProber(FakeProber):
+    """Records what the apiserver held while each probe ran."""
+
+    def __init__(self, api: FakeApiserver) -> None:
+        super().__init__(ANSWERS)
+        self.api = api
+        self.seen: list[dict[str, tuple[str, str, str]]] = []
+        self.artifacts: list[list[tuple[str, str]]] = []
+
+    async def __call__(self, request: Any) -> Any:
+        self.seen.append(conditions(self.api))
+        listed = (self.api.status or {}).get("artifacts") or ()
+        self.artifacts.append([(a["path"], a["state"]) for a in listed])
+        return await super().__call__(request)
+
+
+def test_a_pass_that_probes_says_so_before_its_probes_run(passes: list[str]) -> None:
+    passes.extend(["ok", "ok"])
+    api, wakeup = FakeApiserver(), Wakeup(passes=2)
+    prober = WatchingProber(api)
+    PROBER.set(prober)
+    asyncio.run(run_bundle(api.body, runtime(api, wakeup), lambda: wakeup.left <= 0))
+
+    # The first pass probes both artifacts: Reconciling (Probing) is stored before they run.
+    assert len(prober.seen) == 2  # the second pass reuses the answers: no probe, no Probing
+    for seen in prober.seen:
+        assert seen["Reconciling"][:2] == ("True", "Probing")
+        assert seen["Reconciling"][2].startswith("probing 2 artifacts of revision folder:")
+        assert seen["Ready"][:2] == ("Unknown", "Probing")
+    assert prober.artifacts[0] == [("extract.min.mjs", "Probing"), ("load.min.mjs", "Probing")]
+    # The pass's own status replaces it: Ready, no Reconciling, the artifacts Probed.
+    done = conditions(api)
+    assert done["Ready"][:2] == ("True", "Succeeded") and "Reconciling" not in done
+    assert {a["state"] for a in (api.status or {})["artifacts"]} == {"Cached"}
+    assert len(api.patches) == 3  # Probing, Ready, then the second pass's cached answers
+
+
+def test_an_artifact_waiting_out_its_probe_back_off_is_not_reported_as_probing(
+    bundle: Path,
+) -> None:
+    from datetime import UTC, datetime
+
+    from taskhandler_operator.artifacts.listing import list_candidates
+    from taskhandler_operator.artifacts.models import Language
+    from taskhandler_operator.controller.bundle import StatusProgress
+    from taskhandler_operator.kube.status import TaskHandlerBundleStatus
+
+    candidates = list_candidates(bundle, Language.TYPESCRIPT).candidates
+    api = FakeApiserver()
+    memory = BundleMemory()
+    for c in candidates:  # every one failed for a reason outside it, a minute ago
+        memory.probe_retries.failed(
+            c.rel_path, c.cache_digest, "PodLost", "lost", time.monotonic(), datetime.now(UTC)
+        )
+    progress = StatusProgress(
+        BundleInputs.from_body(api.body()),
+        runtime(api, Wakeup(0)),
+        memory,
+        TaskHandlerBundleStatus(),
+    )
+    asyncio.run(progress.probing("folder:1", candidates))
+    assert api.patches == [] and progress.written is None
+    memory.probe_retries.settled(candidates[0].rel_path)
+    asyncio.run(progress.probing("folder:1", candidates))
+    assert [a["path"] for a in api.status["artifacts"]] == [candidates[0].rel_path]  # type: ignore[index]
