@@ -82,8 +82,9 @@ def test_kstatus_reads_ready_stalled_and_probing_bundles_truthfully(
         "artifacts",
     )
     url = git_repo.http_url(source_http)
-    # In the second namespace no pod may start: its probe Jobs never get one.
-    kube_cluster.kubectl("create", "quota", "no-pods", "--hard=pods=0", "-n", second_namespace)
+    # In the second namespace probe pods cannot start: the service account they run as is gone,
+    # so admission refuses every pod the Job controller makes.
+    kube_cluster.kubectl("delete", "serviceaccount", "taskhandler-probe", "-n", second_namespace)
     op = start([namespace, second_namespace])
     apply(kube_cluster, git_bundle(namespace, "ready", language="go", url=url, path="go"))
     apply(
