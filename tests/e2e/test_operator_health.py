@@ -45,6 +45,8 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.slow,
     pytest.mark.usefixtures("thb_crd"),
+    # Three bundles with probe Jobs on a shared 2-core machine: more than the 300 s default.
+    pytest.mark.timeout(600),
 ]
 
 
@@ -177,7 +179,9 @@ def test_a_hand_patched_status_is_restored_and_an_unexpected_error_heals(
     )
     assert get_status(kube_cluster, namespace, "etl")["counts"]["bindings"] == 99
     restored = reconcile_now(kube_cluster, namespace, "etl", op)
-    assert restored["counts"] == good["counts"]
+    # (The answer is now reused rather than probed: cached and probed differ, nothing else.)
+    for key in ("bindings", "handlers", "candidates", "unboundStubs"):
+        assert restored["counts"].get(key) == good["counts"].get(key), key
     assert restored.get("problems", []) == good.get("problems", [])
     assert {c["type"]: (c["status"], c["reason"]) for c in restored["conditions"]} == {
         c["type"]: (c["status"], c["reason"]) for c in good["conditions"]
