@@ -13,7 +13,7 @@ export THOP_CACHE
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: demo test chaos lint typecheck unit mutation venv fuzz system-deps k8s-bins versitygw airflow-venv node-venv clean \
+.PHONY: demo test chaos lint typecheck unit mutation venv fuzz system-deps k8s-bins versitygw kstatus airflow-venv node-venv clean \
 	chart-files kind-up kind-images kind-postgres kind-airflow-schema kind-install kind-examples kind-down
 
 $(STAMP): pyproject.toml
@@ -33,6 +33,10 @@ k8s-bins:
 # The S3-compatible server the source tests run against (built from its Go module, cached).
 versitygw:
 	@bash hack/build-versitygw.sh
+
+# kstatus' own verdict (sigs.k8s.io/cli-utils status.Compute) for the health tests (cached).
+kstatus:
+	@bash hack/build-kstatus.sh
 
 airflow-venv:
 	@bash hack/airflow-venv.sh
@@ -57,7 +61,7 @@ typecheck: venv
 unit: venv
 	$(BIN)/pytest tests/unit
 
-test: venv system-deps k8s-bins versitygw airflow-venv node-venv lint typecheck
+test: venv system-deps k8s-bins versitygw kstatus airflow-venv node-venv lint typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # The fault tests of tests/chaos, long variants included (the `chaos` marker, which the default

@@ -3,9 +3,13 @@
 :func:`reconcile_bundle` runs the reconcile steps (:func:`~taskhandler_operator.reconcile.steps.
 run_pass`) with the cluster's ports — :class:`~.syncing.KubeSyncer`, :class:`~.probing.
 JobProber`, the shared database store — and turns what it saw into the status
-(:mod:`.report`), written only when it changed, with Events only on transitions. A failing
-source or database keeps the last revision and bindings and is retried with capped, jittered
-back-off; a conflict or an invalid spec is ``Stalled`` and waits for a change.
+(:mod:`.report`), written only when it differs from the status as last read from the apiserver
+(:class:`LiveStatus`: a status changed by anyone else is corrected by the next pass), with
+Events only on transitions. A pass that probes first writes ``Reconciling=True`` (``Probing``).
+A failing source or database keeps the last revision and bindings and is retried with capped,
+jittered back-off; a failure only a person can fix is ``Stalled`` and waits for a change. No
+exception escapes a pass: an unexpected one becomes ``Ready=False`` (``InternalError``, its
+type in the message, the traceback in the log) and a retry with back-off.
 
 :func:`run_bundle` is the per-bundle loop kopf's daemon calls: pass, sleep (the spec's
 ``interval`` with jitter, or the back-off), woken early by :class:`~.backoff.Wakeup`.
@@ -18,7 +22,7 @@ import copy
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +30,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from taskhandler_operator.artifacts.listing import ListingCache
+from taskhandler_operator.artifacts.models import Candidate
 from taskhandler_operator.controller.backoff import (
     SHARED_RANDOM,
     Backoff,
@@ -40,7 +45,9 @@ from taskhandler_operator.controller.probing import JobProber
 from taskhandler_operator.controller.report import (
     Observation,
     bundle_status,
+    internal_error,
     previous_status,
+    probing_status,
     transition_events,
 )
 from taskhandler_operator.controller.runtime import BundleStore, OperatorRuntime
@@ -74,6 +81,7 @@ from taskhandler_operator.records import BundleOwner
 __all__ = [
     "BundleInputs",
     "BundleMemory",
+    "LiveStatus",
     "PassReport",
     "delete_bundle",
     "reconcile_bundle",
@@ -100,6 +108,7 @@ class BundleInputs:
     spec: Mapping[str, Any]
     status: Mapping[str, Any] | None
     annotations: Mapping[str, str]
+    resource_version: str | None = None
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> BundleInputs:
@@ -114,6 +123,7 @@ class BundleInputs:
             spec=copy.deepcopy(dict(body.get("spec") or {})),
             status=None if status is None else copy.deepcopy(dict(status)),
             annotations=dict(meta.get("annotations") or {}),
+            resource_version=meta.get("resourceVersion"),
         )
 
     @property
@@ -131,13 +141,47 @@ class BundleInputs:
 
 
 @dataclass
+class LiveStatus:
+    """The bundle's status as last read from the apiserver, whoever wrote it.
+
+    kopf's watched object is the live view, but its watch may not have delivered the operator's
+    own last write yet: while the object is still at a ``resourceVersion`` that write replaced
+    (``superseded``), the write's answer is newer, and is used instead. Anything else (the
+    write's own event, a later change by someone else: ``kubectl patch --subresource=status``,
+    a late write of a deposed leader, a restore) is the watched object's status, so the next
+    pass compares with, and corrects, what is really stored.
+    """
+
+    status: Mapping[str, Any] | None = None  # as our last write returned it
+    version: str | None = None
+    superseded: frozenset[str] = frozenset()
+
+    def current(self, inputs: BundleInputs) -> tuple[Mapping[str, Any] | None, str | None]:
+        """The freshest stored status known and its resourceVersion."""
+        if self.status is not None and inputs.resource_version in self.superseded:
+            return self.status, self.version
+        # The watch has caught up with (or gone past) our write: nothing of ours to keep.
+        self.status, self.version, self.superseded = None, None, frozenset()
+        return inputs.status, inputs.resource_version
+
+    def wrote(self, based_on: str | None, stored: Mapping[str, Any]) -> None:
+        """A write based on the object at ``based_on`` returned ``stored``."""
+        if based_on is not None:
+            self.superseded = self.superseded | {based_on}
+        status = stored.get("status")
+        self.status = dict(status) if isinstance(status, Mapping) else {}
+        version = (stored.get("metadata") or {}).get("resourceVersion")
+        self.version = str(version) if version is not None else None
+
+
+@dataclass
 class BundleMemory:
     """Kept between passes of one bundle (and nothing else is)."""
 
     listing_cache: ListingCache = field(default_factory=ListingCache)
     retry: RetryState = field(default_factory=lambda: RETRY.start())
     probe_retries: ProbeRetries = field(default_factory=ProbeRetries)
-    last_status: Mapping[str, Any] | None = None
+    live: LiveStatus = field(default_factory=LiveStatus)
     # The last pass that changed nothing, kept while (generation, reconcile-now) stay the same.
     unchanged: PassMemory = field(default_factory=PassMemory)
     trigger: tuple[int, str | None] | None = None
@@ -185,8 +229,7 @@ async def _reconcile(
     inputs: BundleInputs, runtime: OperatorRuntime, memory: BundleMemory
 ) -> PassReport:
     started = time.monotonic()
-    stored = memory.last_status if memory.last_status is not None else inputs.status
-    old = previous_status(stored)
+    old = previous_status(memory.live.current(inputs)[0])
     key = (inputs.namespace, inputs.name)
     try:
         spec = TaskHandlerBundleSpec.model_validate(inputs.spec)
@@ -230,6 +273,7 @@ async def _reconcile(
         retries=memory.probe_retries,
     )
     store = BundleStore(runtime.poller, key)
+    progress = StatusProgress(inputs, runtime, memory, old)
     ports = PassPorts(
         syncer=syncer,
         prober=prober,
@@ -242,6 +286,7 @@ async def _reconcile(
             runtime.kube, runtime.engine, runtime.options.cluster_id, inputs.reference()
         ),
         timeout=runtime.settings.pass_timeout,
+        progress=progress,
     )
     pass_spec = BundleSpec(
         bundle_name=spec.bundle_name,
@@ -267,8 +312,13 @@ async def _reconcile(
     revision = syncer.last.id if syncer.last is not None else None
     set_revision(revision)
     in_sync: DagBundleSync | None = None
+    in_sync_failed: Reasoned | None = None
     if outcome is not None and syncer.last is not None:
-        in_sync = await _dag_bundle_sync(runtime, spec.bundle_name, airflow_version(syncer.last))
+        checked = await _dag_bundle_sync(runtime, spec.bundle_name, airflow_version(syncer.last))
+        if isinstance(checked, Reasoned):
+            in_sync_failed = checked
+        else:
+            in_sync = checked
     seen = Observation(
         generation=inputs.generation,
         now=datetime.now(UTC),
@@ -278,13 +328,17 @@ async def _reconcile(
         requested_at=inputs.requested_at,
         synced_revision=revision,
         dag_bundle=in_sync,
+        dag_bundle_error=in_sync_failed,
     )
-    new = bundle_status(old, seen)
-    written = await _publish(inputs, runtime, memory, old, new)
+    base = progress.base()
+    new = bundle_status(base, seen)
+    written = await _publish(inputs, runtime, memory, base, new)
 
     metrics = runtime.metrics
     seconds = time.monotonic() - started
     retry_in = retry_after(error, memory.retry)
+    if in_sync_failed is not None and retry_in is None:
+        retry_in = memory.retry.next_delay()
     if error is None:
         assert outcome is not None
         metrics.observe_reconcile(inputs.namespace, inputs.name, "success", seconds)
@@ -349,14 +403,71 @@ def sleep_after(report: PassReport, rand: random.Random) -> float:
 
 async def _dag_bundle_sync(
     runtime: OperatorRuntime, bundle_name: str, version: str
-) -> DagBundleSync | None:
+) -> DagBundleSync | Reasoned | None:
     """Airflow's DagBundle against the published revision. Informational: a failed read (no
-    ``dag_bundle`` table before Airflow 3, an outage) leaves the condition as it was."""
+    ``dag_bundle`` table before Airflow 3, an outage) leaves the condition as it was; anything
+    unexpected (a ``dag_bundle`` table of another shape, a bug) is ``InternalError`` on the
+    condition, logged with its traceback, and the pass is retried with back-off."""
     try:
         return await dag_bundle_sync(runtime.engine, bundle_name, revision=version)
     except DatabaseError as exc:
         log.info("cannot read Airflow's DagBundle %r: %s", bundle_name, exc)
         return None
+    except Exception as exc:
+        log.error("checking Airflow's DagBundle %r failed", bundle_name, exc_info=exc)
+        return internal_error(exc)
+
+
+@dataclass
+class StatusProgress:
+    """The pass's :class:`~taskhandler_operator.reconcile.ports.Progress`: when it starts
+    probing, the status says so (``Reconciling=True``, ``Probing``; the artifacts being probed
+    as ``Probing``), so a bundle whose probe Jobs cannot start or run for minutes is not silent.
+    """
+
+    inputs: BundleInputs
+    runtime: OperatorRuntime
+    memory: BundleMemory
+    old: TaskHandlerBundleStatus
+    written: TaskHandlerBundleStatus | None = None
+
+    async def probing(self, revision: str, candidates: Sequence[Candidate]) -> None:
+        # An artifact waiting out its probe back-off gets no Job in this pass: not news.
+        now = time.monotonic()
+        retries = self.memory.probe_retries
+        paths = [
+            c.rel_path
+            for c in candidates
+            if retries.waiting(c.rel_path, c.cache_digest, now) is None
+        ]
+        if not paths:
+            return
+        seen = Observation(
+            generation=self.inputs.generation,
+            now=datetime.now(UTC),
+            requested_at=self.inputs.requested_at,
+            synced_revision=revision,
+        )
+        try:
+            new = probing_status(self.old, seen, paths)
+            await _publish(self.inputs, self.runtime, self.memory, self.old, new)
+        except Exception as exc:  # a report must never fail the pass
+            log.warning("cannot report the probing: %s", exc, exc_info=exc)
+            return
+        self.written = new
+
+    def base(self) -> TaskHandlerBundleStatus:
+        """What the pass's final status is built on: the probing status when one was written
+        (its conditions are what is stored now), with the artifact list of before (the final
+        status lists the answers; a failed pass keeps the last good list)."""
+        if self.written is None:
+            return self.old
+        return self.written.model_copy(
+            update={
+                "artifacts": self.old.artifacts,
+                "artifacts_omitted": self.old.artifacts_omitted,
+            }
+        )
 
 
 async def _publish(
@@ -371,12 +482,14 @@ async def _publish(
     runtime.metrics.set_ready(
         inputs.namespace, inputs.name, ready is not None and ready.status == "True"
     )
-    stored = memory.last_status if memory.last_status is not None else inputs.status
+    # Compared with, and diffed against, what the apiserver holds: not what this process last
+    # wrote, so a status someone else changed is rewritten.
+    stored, based_on = memory.live.current(inputs)
     if status_unchanged(stored, new):
         return False
     body = new.to_body()
     try:
-        await runtime.kube.patch_bundle_status(
+        written = await runtime.kube.patch_bundle_status(
             inputs.namespace, inputs.name, body, previous=dict(stored or {})
         )
     except NotFound:
@@ -384,7 +497,7 @@ async def _publish(
     except KubeApiError as exc:
         log.warning("cannot write the status: %s", exc)
         return False
-    memory.last_status = body
+    memory.live.wrote(based_on, written)
     regarding = {**inputs.reference()}
     for event in transition_events(old, new):
         try:
@@ -439,22 +552,49 @@ async def _one_pass(
     memory: BundleMemory,
     rand: random.Random,
 ) -> float:
-    """One pass of :func:`run_bundle`; the seconds to sleep after it."""
+    """One pass of :func:`run_bundle`; the seconds to sleep after it.
+
+    No exception ends the loop (kopf would restart the daemon a minute later, with no
+    condition): whatever escapes the pass becomes ``InternalError`` and a retry with back-off.
+    """
     inputs = BundleInputs.from_body(get_body())
+    started = time.monotonic()
     try:
         report = await reconcile_bundle(inputs, runtime, memory)
-    except (DatabaseError, KubeApiError, OSError) as exc:
-        # Not a pass error (the status write, an Event): retry later, never crash.
+    except Exception as exc:
         delay = memory.retry.next_delay()
-        log.warning(
-            "reconcile of %s/%s failed: %s; retry in %.0fs",
+        memory.unchanged.forget()  # the next pass takes the whole path
+        log.error(
+            "reconcile of %s/%s failed (%s), retry in %.0fs",
             inputs.namespace,
             inputs.name,
-            exc,
+            type(exc).__name__,
             delay,
+            exc_info=exc,
         )
+        await _report_failure(inputs, runtime, memory, exc, time.monotonic() - started)
         return delay
     return sleep_after(report, rand)
+
+
+async def _report_failure(
+    inputs: BundleInputs,
+    runtime: OperatorRuntime,
+    memory: BundleMemory,
+    exc: Exception,
+    seconds: float,
+) -> None:
+    """Write ``Ready=False`` (``InternalError``) for a pass that raised; best effort."""
+    try:
+        with bundle_context(inputs.namespace, inputs.name):
+            runtime.metrics.observe_reconcile(inputs.namespace, inputs.name, "operator", seconds)
+            old = previous_status(memory.live.current(inputs)[0])
+            seen = Observation(
+                generation=inputs.generation, now=datetime.now(UTC), failed=internal_error(exc)
+            )
+            await _publish(inputs, runtime, memory, old, bundle_status(old, seen))
+    except Exception as again:
+        log.warning("cannot report the failed pass: %s", again, exc_info=again)
 
 
 async def delete_bundle(inputs: BundleInputs, runtime: OperatorRuntime) -> str:

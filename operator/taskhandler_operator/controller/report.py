@@ -11,11 +11,17 @@ Condition reasons (docs/operator.md lists them with what to do):
 * ``SourceReady``: ``Synced``; or the sources package's reason (``AuthenticationFailed``,
   ``NotFound``, ``SourceTimeout``, ...), ``SecretNotFound``, ``SecretUnreadable``,
   ``ListingFailed``.
-* ``ArtifactsProbed``: ``Probed``; ``ArtifactsFailed`` (some artifact's probe failed or it was
-  refused), ``ProberFailed``.
+* ``ArtifactsProbed``: ``Probed``; ``ArtifactsFailed`` (some artifact's probe failed for a
+  reason of its own or it was refused: stalls), ``ProbesRetrying`` (some artifact's probe failed
+  for a reason outside it and is retried after a back-off), ``ProberFailed``.
 * ``BindingsPublished``: ``Published``; ``StubsUnbound`` (a stub on the bundle's queues has no
   binding), ``DatabaseUnavailable``/``TransactionConflict``/``DatabaseError``.
-* ``Stalled``: ``BundleNameConflict``, ``QueueConflict``, ``InvalidSpec``.
+* ``Stalled``: ``BundleNameConflict``, ``QueueConflict``, ``InvalidSpec``, and the reason of
+  the False domain conditions when each of them needs a person (``kube/conditions.py:
+  STALLS``).
+* ``Reconciling``: ``Probing`` while the pass's probe Jobs run (:func:`probing_status`),
+  ``ProgressingWithRetry`` while a failure is retried; ``Ready=False`` ``InternalError`` when
+  the pass itself failed (``Observation.failed``).
 * ``DagBundleInSync`` (informational, never part of ``Ready``): ``InSync``, ``UnknownDagBundle``,
   ``Drift`` (both revisions in the message; a Warning event when it starts or the pair changes),
   ``VersionUnknown`` (:mod:`taskhandler_operator.db.dag_bundle`).
@@ -23,6 +29,7 @@ Condition reasons (docs/operator.md lists them with what to do):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -32,6 +39,7 @@ from pydantic import ValidationError
 
 from taskhandler_operator.db.dag_bundle import DagBundleSync
 from taskhandler_operator.kube.conditions import (
+    DOMAIN_CONDITIONS,
     EventReason,
     Reason,
     Reasoned,
@@ -54,7 +62,15 @@ from taskhandler_operator.kube.status import (
 from taskhandler_operator.reconcile.errors import OwnershipConflict, PassError
 from taskhandler_operator.reconcile.steps import PassOutcome
 
-__all__ = ["EventSpec", "Observation", "bundle_status", "previous_status", "transition_events"]
+__all__ = [
+    "EventSpec",
+    "Observation",
+    "bundle_status",
+    "internal_error",
+    "previous_status",
+    "probing_status",
+    "transition_events",
+]
 
 T = ConditionType
 S = ConditionStatus
@@ -76,6 +92,12 @@ class Observation:
     synced_revision: str | None = None
     # Airflow's DagBundle compared with the published revision (None: not read this pass).
     dag_bundle: DagBundleSync | None = None
+    # The DagBundle check itself failed unexpectedly (DagBundleInSync Unknown, InternalError).
+    dag_bundle_error: Reasoned | None = None
+    # Work of this pass under way (Reconciling=True, e.g. Probing); written mid-pass.
+    progressing: Reasoned | None = None
+    # The pass failed outside any step (Ready=False, InternalError; retried with back-off).
+    failed: Reasoned | None = None
 
 
 def previous_status(body: Mapping[str, Any] | None) -> TaskHandlerBundleStatus:
@@ -134,12 +156,23 @@ def bundle_status(old: TaskHandlerBundleStatus, seen: Observation) -> TaskHandle
         if broken:
             paths = sorted({i.rel_path for i in summary.artifact_issues if i.kind != "listing"})
             shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+            # A failure outside the artifact (a lost pod, a failed download) is probed again
+            # after a back-off: the bundle is still progressing, not stalled.
+            retried = sorted(f.rel_path for f in outcome.probed.failures if f.retryable)
+            if retried:
+                reason, then = (
+                    Reason.PROBES_RETRYING,
+                    f"; the probe of {', '.join(retried[:3])} failed for a reason outside the "
+                    "artifact and is retried after a back-off",
+                )
+            else:
+                reason, then = Reason.ARTIFACTS_FAILED, ""
             put(
                 T.ARTIFACTS_PROBED,
                 S.FALSE,
-                Reason.ARTIFACTS_FAILED,
+                reason,
                 f"{broken} of {counts.candidates} artifacts gave no answer ({shown}); see "
-                "status.artifacts for why; the other artifacts' bindings are published",
+                f"status.artifacts for why; the other artifacts' bindings are published{then}",
             )
         else:
             put(
@@ -185,19 +218,61 @@ def bundle_status(old: TaskHandlerBundleStatus, seen: Observation) -> TaskHandle
         update["artifacts"], update["artifacts_omitted"] = shown_artifacts, hidden
         shown_problems, hidden_problems = status_problems(_problems(outcome))
         update["problems"], update["problems_omitted"] = shown_problems, hidden_problems
-    elif seen.synced_revision is not None and error is not None and error.step != "sync":
-        # A later step failed: the source is fine; the counts and lists of the last good pass
-        # stay, as its bindings stay in the database.
+    elif seen.synced_revision is not None and (error is None or error.step != "sync"):
+        # A later step failed, or still runs (probing): the source is fine; the counts and
+        # lists of the last good pass stay, as its bindings stay in the database.
         update["revision"] = seen.synced_revision
         put(T.SOURCE_READY, S.TRUE, Reason.SYNCED, f"revision {seen.synced_revision}")
     if seen.dag_bundle is not None and outcome is not None:
         found = seen.dag_bundle
         put(T.DAG_BUNDLE_IN_SYNC, S(found.status), found.reason, found.message)
+    elif seen.dag_bundle_error is not None:
+        why = seen.dag_bundle_error
+        put(T.DAG_BUNDLE_IN_SYNC, S.UNKNOWN, why.reason, why.message)
     conditions = summarize(
-        conditions, generation=gen, now=now, stalled=stalled, ready_message=ready_message
+        conditions,
+        generation=gen,
+        now=now,
+        stalled=stalled,
+        progressing=seen.progressing,
+        failed=seen.failed,
+        ready_message=ready_message,
     )
     update["conditions"] = conditions
     return old.model_copy(update=update)
+
+
+def probing_status(
+    old: TaskHandlerBundleStatus, seen: Observation, paths: Sequence[str]
+) -> TaskHandlerBundleStatus:
+    """The status written when a pass starts probing ``paths`` (``Reconciling=True``,
+    ``Probing``): a bundle whose probe Jobs cannot start, or take minutes, says so at once."""
+    shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+    noun = "artifact" if len(paths) == 1 else "artifacts"
+    revision = seen.synced_revision or "?"
+    why = Reasoned(
+        Reason.PROBING, f"probing {len(paths)} {noun} of revision {revision} in Jobs ({shown})"
+    )
+    status = bundle_status(old, dataclasses.replace(seen, progressing=why))
+    probing = set(paths)
+    # The artifacts being probed show as Probing; the others as the last pass left them.
+    kept = [a for a in status.artifacts if a.path not in probing]
+    items = [ArtifactStatus(path=p, state=ArtifactState.PROBING) for p in paths]
+    shown_artifacts, hidden = status_artifacts([*kept, *items])
+    return status.model_copy(update={"artifacts": shown_artifacts, "artifacts_omitted": hidden})
+
+
+def internal_error(error: BaseException) -> Reasoned:
+    """The ``InternalError`` condition for an exception nothing expected: its type and the
+    first line of its text (the traceback goes to the log)."""
+    text = (str(error).strip().splitlines() or [""])[0]
+    name = type(error).__name__
+    return Reasoned(
+        Reason.INTERNAL_ERROR,
+        f"{name}: {text}; retried with back-off (the operator's log has the traceback)"
+        if text
+        else f"{name}; retried with back-off (the operator's log has the traceback)",
+    )
 
 
 def _artifacts(outcome: PassOutcome, codes: Mapping[str, str]) -> list[ArtifactStatus]:
@@ -277,6 +352,10 @@ class EventSpec:
     note: str
 
 
+#: Reasons whose Events are per artifact (ProbeFailed, ArtifactRejected), not the condition's.
+_PER_ARTIFACT = frozenset({Reason.ARTIFACTS_FAILED, Reason.PROBES_RETRYING})
+
+
 def _cond(status: TaskHandlerBundleStatus, type_: T) -> Condition | None:
     return next((c for c in status.conditions if c.type == type_), None)
 
@@ -299,13 +378,29 @@ def transition_events(
             EventSpec("Normal", EventReason.NEW_REVISION, f"synced revision {new.revision}")
         )
     old_stalled, new_stalled = _cond(old, T.STALLED), _cond(new, T.STALLED)
-    if new_stalled is not None and (
-        old_stalled is None or old_stalled.reason != new_stalled.reason
+    # A stall that is a domain condition's reason gets that condition's Event (below).
+    domain_false = {
+        c.reason
+        for t in DOMAIN_CONDITIONS
+        if (c := _cond(new, t)) is not None and c.status == S.FALSE
+    }
+    if (
+        new_stalled is not None
+        and new_stalled.reason not in domain_false
+        and (old_stalled is None or old_stalled.reason != new_stalled.reason)
     ):
         events.append(EventSpec("Warning", new_stalled.reason, new_stalled.message))
+    old_ready, new_ready = _cond(old, T.READY), _cond(new, T.READY)
+    if (
+        new_ready is not None
+        and new_ready.reason == Reason.INTERNAL_ERROR
+        and Reason.INTERNAL_ERROR not in domain_false
+        and (old_ready is None or old_ready.reason != Reason.INTERNAL_ERROR)
+    ):
+        events.append(EventSpec("Warning", new_ready.reason, new_ready.message))
     for type_ in (T.SOURCE_READY, T.BINDINGS_PUBLISHED, T.ARTIFACTS_PROBED):
         before, after = _cond(old, type_), _cond(new, type_)
-        if after is None or after.status != S.FALSE or after.reason == Reason.ARTIFACTS_FAILED:
+        if after is None or after.status != S.FALSE or after.reason in _PER_ARTIFACT:
             continue
         if before is None or before.status != S.FALSE or before.reason != after.reason:
             events.append(EventSpec("Warning", after.reason, after.message))

@@ -2,17 +2,26 @@
 
 The reconcile steps set the domain conditions (``SourceReady``, ``ArtifactsProbed``,
 ``BindingsPublished``); :func:`summarize` then derives the three kstatus conditions from them,
-the way Flux's summarizer does (operator-anchors §1.3):
+the way Flux's summarizer does (operator-anchors §1.3), so that kstatus (``status.Compute`` of
+sigs.k8s.io/cli-utils, which Flux, Argo CD and GitOps health checks read) tells the truth:
 
 * ``Stalled`` (abnormal-true, present only when True): the bundle cannot progress without a
-  human — a conflict, an invalid spec. ``Ready`` is False with the same reason; ``Reconciling``
-  is removed.
-* ``Reconciling`` (abnormal-true): work is under way (``progressing`` given, e.g. a new
-  generation or revision), or a domain condition is False and the operator retries
-  (``ProgressingWithRetry``).
-* ``Ready``: False with the reason of the first False domain condition; Unknown while
-  progressing or while a domain condition is missing or Unknown; True (``Succeeded``) when all
-  three domain conditions are True.
+  human. Either the caller says so (a conflict, an invalid spec), or every False domain
+  condition's reason is one that :data:`STALLS` (unbound stubs, refused artifacts, a permanent
+  source or database refusal). ``Ready`` is False with the same reason; ``Reconciling`` is
+  removed. kstatus: ``Failed``.
+* ``Reconciling`` (abnormal-true): work is under way (``progressing`` given, e.g. ``Probing``
+  while probe Jobs run), or a False domain condition's reason is one that retries
+  (``ProgressingWithRetry``), or the pass itself failed and is retried (``failed`` given).
+  kstatus: ``InProgress``.
+* ``Ready``: False with the reason of the first False domain condition (or of ``failed``);
+  Unknown while progressing or while a domain condition is missing or Unknown; True
+  (``Succeeded``) when all three domain conditions are True. kstatus: ``Current``.
+
+Which reasons stall and which retry is one table (:data:`STALLS`, :data:`RETRIES`, plus the
+sources package's errors by their ``permanent`` flag); docs/operator.md shows it and a unit
+test fails when the two disagree. A reason in neither (a new one) retries: ``InProgress`` is
+the safe answer when nobody decided.
 
 ``lastTransitionTime`` changes only when a condition's status flips, so an unchanged pass
 produces an identical list, and :func:`status_unchanged` lets the caller skip the write.
@@ -34,15 +43,19 @@ from taskhandler_operator.kube.status import (
     ConditionType,
     TaskHandlerBundleStatus,
 )
+from taskhandler_operator.sources import errors as source_errors
 
 __all__ = [
     "DOMAIN_CONDITIONS",
+    "RETRIES",
+    "STALLS",
     "EventReason",
     "Reason",
     "Reasoned",
     "find_condition",
     "remove_condition",
     "set_condition",
+    "stalls",
     "status_unchanged",
     "summarize",
 ]
@@ -68,6 +81,8 @@ class Reason(StrEnum):
     SUCCEEDED = "Succeeded"
     PROGRESSING = "Progressing"
     PROGRESSING_WITH_RETRY = "ProgressingWithRetry"
+    # Reconciling (Ready Unknown): probe Jobs of this pass are being created or awaited.
+    PROBING = "Probing"
     # SourceReady.
     SYNCED = "Synced"
     SOURCE_UNAVAILABLE = "SourceUnavailable"
@@ -77,6 +92,7 @@ class Reason(StrEnum):
     # ArtifactsProbed.
     PROBED = "Probed"
     ARTIFACTS_FAILED = "ArtifactsFailed"
+    PROBES_RETRYING = "ProbesRetrying"
     PROBER_FAILED = "ProberFailed"
     # BindingsPublished.
     PUBLISHED = "Published"
@@ -93,6 +109,59 @@ class Reason(StrEnum):
     INVALID_SPEC = "InvalidSpec"
     BUNDLE_NAME_CONFLICT = "BundleNameConflict"
     QUEUE_CONFLICT = "QueueConflict"
+
+
+#: False-condition reasons only a person can fix: the bundle is ``Stalled`` (kstatus
+#: ``Failed``) while every False domain condition has one of them. The operator still looks
+#: again at its interval and on every change (spec, Dag, artifact), and heals by itself once
+#: the cause is fixed.
+STALLS: frozenset[str] = frozenset(
+    {
+        Reason.ARTIFACTS_FAILED,  # every failed artifact failed for a reason of its own
+        Reason.STUBS_UNBOUND,  # a Dag or an artifact must change
+        Reason.DATABASE_ERROR,  # refused: a grant, a missing database or schema
+        Reason.INVALID_SPEC,
+        Reason.BUNDLE_NAME_CONFLICT,
+        Reason.QUEUE_CONFLICT,
+    }
+)
+#: False-condition reasons the operator retries with back-off (``Reconciling=True``,
+#: ``ProgressingWithRetry``; kstatus ``InProgress``): the cause may go away by itself.
+RETRIES: frozenset[str] = frozenset(
+    {
+        Reason.SOURCE_UNAVAILABLE,
+        Reason.SECRET_NOT_FOUND,  # GitOps may apply the Secret after the bundle
+        Reason.SECRET_UNREADABLE,  # an API error reading it
+        Reason.LISTING_FAILED,
+        Reason.PROBES_RETRYING,  # an artifact's probe failed for a reason outside it
+        Reason.PROBER_FAILED,
+        Reason.DATABASE_UNAVAILABLE,
+        Reason.TRANSACTION_CONFLICT,
+        Reason.INTERNAL_ERROR,
+        Reason.PASS_TIMED_OUT,  # the pass ran past its deadline: tried again with back-off
+        Reason.LEADER_DEPOSED,  # never published: the new leader carries on
+    }
+)
+
+
+def _source_reasons() -> dict[str, bool]:
+    """The sources package's reasons, each with whether it stalls (its ``permanent`` flag)."""
+    found: dict[str, bool] = {}
+    pending: list[type[source_errors.SourceError]] = [source_errors.SourceError]
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        if cls.__module__ == source_errors.__name__:  # not a test's subclass
+            found[cls.reason] = cls.permanent
+    return found
+
+
+_SOURCE_STALLS = frozenset(reason for reason, permanent in _source_reasons().items() if permanent)
+
+
+def stalls(reason: str) -> bool:
+    """Whether a False condition with ``reason`` needs a person (see :data:`STALLS`)."""
+    return reason in STALLS or reason in _SOURCE_STALLS
 
 
 class EventReason(StrEnum):
@@ -163,9 +232,15 @@ def summarize(
     now: datetime,
     stalled: Reasoned | None = None,
     progressing: Reasoned | None = None,
+    failed: Reasoned | None = None,
     ready_message: str = "",
 ) -> list[Condition]:
-    """Derive ``Ready``, ``Reconciling`` and ``Stalled`` from the domain conditions."""
+    """Derive ``Ready``, ``Reconciling`` and ``Stalled`` from the domain conditions.
+
+    ``stalled``: the caller knows only a person can help (a conflict, an invalid spec).
+    ``progressing``: work of this pass is under way (``Probing``). ``failed``: the pass itself
+    failed outside any domain condition (``InternalError``) and is retried with back-off.
+    """
     out = list(conditions)
 
     def put(type_: ConditionType, status: ConditionStatus, why: Reasoned) -> None:
@@ -180,19 +255,31 @@ def summarize(
         put(ConditionType.READY, ConditionStatus.FALSE, stalled)
         return out
 
-    out = remove_condition(out, ConditionType.STALLED)
     domain = [find_condition(out, t) for t in DOMAIN_CONDITIONS]
-    failing = next((c for c in domain if c is not None and c.status == ConditionStatus.FALSE), None)
+    false = [c for c in domain if c is not None and c.status == ConditionStatus.FALSE]
+    failing = failed or next((Reasoned(c.reason, c.message) for c in false), None)
+    retrying = failed or next(
+        (Reasoned(Reason.PROGRESSING_WITH_RETRY, c.message) for c in false if not stalls(c.reason)),
+        None,
+    )
     if progressing is not None:
         put(ConditionType.RECONCILING, ConditionStatus.TRUE, progressing)
+        out = remove_condition(out, ConditionType.STALLED)
+    elif retrying is not None:
+        why = Reasoned(Reason.PROGRESSING_WITH_RETRY, retrying.message)
+        put(ConditionType.RECONCILING, ConditionStatus.TRUE, why)
+        out = remove_condition(out, ConditionType.STALLED)
     elif failing is not None:
-        retry = Reasoned(Reason.PROGRESSING_WITH_RETRY, failing.message)
-        put(ConditionType.RECONCILING, ConditionStatus.TRUE, retry)
+        # Every False condition needs a person: retrying on a timer cannot help, so say so
+        # (kstatus Failed) rather than InProgress forever.
+        put(ConditionType.STALLED, ConditionStatus.TRUE, failing)
+        out = remove_condition(out, ConditionType.RECONCILING)
     else:
+        out = remove_condition(out, ConditionType.STALLED)
         out = remove_condition(out, ConditionType.RECONCILING)
 
     if failing is not None:
-        put(ConditionType.READY, ConditionStatus.FALSE, Reasoned(failing.reason, failing.message))
+        put(ConditionType.READY, ConditionStatus.FALSE, failing)
     elif progressing is not None:
         put(ConditionType.READY, ConditionStatus.UNKNOWN, progressing)
     elif all(c is not None and c.status == ConditionStatus.TRUE for c in domain):

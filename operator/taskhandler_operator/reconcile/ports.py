@@ -12,15 +12,19 @@ an in-memory stand-in and in production with the real thing:
   inventory, the write;
 * :class:`ClaimCheck`: whether the bundle's write would be refused for ownership, asked before
   anything is probed (the controller's also takes over a claim whose holder is gone);
-* :class:`Clock`: wall time for ``probed_at``, a monotonic clock for step durations.
+* :class:`Clock`: wall time for ``probed_at``, a monotonic clock for step durations;
+* :class:`Progress` (optional): told when the pass starts probing, so the caller can say so
+  (the controller writes ``Reconciling=True``, ``Probing``) before probes that may take minutes.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Protocol
 
+from taskhandler_operator.artifacts.models import Candidate
 from taskhandler_operator.reconcile.models import (
     BundleSpec,
     ProbeAccepted,
@@ -46,6 +50,12 @@ class ClaimCheck(Protocol):
     async def __call__(self, spec: BundleSpec) -> None:
         """Raise the ownership conflict the write would raise (another resource holds the
         bundle name or a queue); return when the pass may go on."""
+
+
+class Progress(Protocol):
+    async def probing(self, revision: str, candidates: Sequence[Candidate]) -> None:
+        """The pass is about to probe ``candidates`` of ``revision``. Must not raise: a report
+        that cannot be made must not fail the pass."""
         ...
 
 

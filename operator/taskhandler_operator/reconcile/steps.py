@@ -63,7 +63,14 @@ from taskhandler_operator.reconcile.models import (
     SyncedRevision,
     Validated,
 )
-from taskhandler_operator.reconcile.ports import ClaimCheck, Clock, Prober, Syncer, SystemClock
+from taskhandler_operator.reconcile.ports import (
+    ClaimCheck,
+    Clock,
+    Prober,
+    Progress,
+    Syncer,
+    SystemClock,
+)
 from taskhandler_operator.reconcile.store import KnownArtifacts, Store, Watermarks
 from taskhandler_operator.records import ArtifactRecord, BundleProblem, TaskHandlerArtifact
 from taskhandler_operator.validation import BrokenCandidate, validate_bundle
@@ -316,6 +323,8 @@ class PassPorts:
     claims: ClaimCheck | None = None
     # Seconds the whole pass may take; past it the running step is abandoned (PassTimedOut).
     timeout: float | None = None
+    # Told before the probe step when there is anything to probe.
+    progress: Progress | None = None
 
 
 @dataclass(frozen=True)
@@ -388,6 +397,8 @@ async def run_pass(spec: BundleSpec, ports: PassPorts) -> PassOutcome:
         inventory = await step("validate", ports.store.stub_inventory(), "inventory")
         wanted = queue_dags(inventory, spec.queues)
     planned = await step("plan", plan(ports.store, spec, listed, wanted))
+    if ports.progress is not None and planned.plan.probe:
+        await ports.progress.probing(synced.revision, planned.plan.probe)
     probed = await step(
         "probe",
         probe(ports.prober, clock, spec, synced, planned, parallelism=ports.probe_parallelism),

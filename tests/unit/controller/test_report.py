@@ -6,6 +6,7 @@ produce the outcomes; errors are the ones the steps and the syncer raise.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,7 +15,9 @@ import pytest
 from taskhandler_operator.controller.report import (
     Observation,
     bundle_status,
+    internal_error,
     previous_status,
+    probing_status,
     transition_events,
 )
 from taskhandler_operator.controller.syncing import SourceSyncFailed
@@ -101,6 +104,9 @@ async def test_a_refused_artifact_is_named_while_the_others_are_published(
     assert cond(status, "ArtifactsProbed") == ("False", "ArtifactsFailed")
     assert cond(status, "BindingsPublished") == ("True", "Published")
     assert cond(status, "Ready") == ("False", "ArtifactsFailed")
+    # Only a new artifact can fix it: Stalled (kstatus Failed), not retrying forever.
+    assert cond(status, "Stalled") == ("True", "ArtifactsFailed")
+    assert "Reconciling" not in types(status)
     assert (status.counts.candidates, status.counts.bindings, status.counts.rejected) == (3, 2, 1)
     assert [(a.path, a.state.value) for a in status.artifacts if a.reason] == [
         ("broken.min.mjs", "Rejected")
@@ -208,3 +214,70 @@ def test_an_unreadable_stored_status_starts_empty() -> None:
     assert previous_status(None) == TaskHandlerBundleStatus()
     assert not status_unchanged({"conditions": "not a list"}, TaskHandlerBundleStatus())
     assert ConditionStatus.TRUE.value == "True"
+
+
+async def test_a_probe_failing_for_a_reason_outside_the_artifact_retries(bundle: Path) -> None:
+    (bundle / "broken.min.mjs").unlink()
+    outcome = await a_pass(bundle, ANSWERS | {"load.min.mjs": "the pod is gone"})
+    # The prober marked it retryable (a lost pod), as JobProber does for TRANSIENT reasons.
+    failures = tuple(dataclasses.replace(f, retryable=True) for f in outcome.probed.failures)
+    outcome = dataclasses.replace(
+        outcome, probed=dataclasses.replace(outcome.probed, failures=failures)
+    )
+    status = ready(outcome)
+    assert cond(status, "ArtifactsProbed") == ("False", "ProbesRetrying")
+    assert cond(status, "Reconciling") == ("True", "ProgressingWithRetry")
+    assert "Stalled" not in types(status)
+    assert "load.min.mjs" in next(c for c in status.conditions if c.type == "Ready").message
+    # Its Event is the artifact's own (ProbeFailed), not the condition's.
+    reasons = [e.reason for e in transition_events(TaskHandlerBundleStatus(), status)]
+    assert "ProbesRetrying" not in reasons and "ProbeFailed" in reasons
+
+
+async def test_the_probing_status_is_reconciling_and_the_final_one_drops_it(
+    good: PassOutcome,
+) -> None:
+    before = ready(good)
+    seen = Observation(1, T0 + timedelta(minutes=1), synced_revision="git:next")
+    probing = probing_status(before, seen, ["extract.min.mjs"])
+    assert cond(probing, "Reconciling") == ("True", "Probing")
+    assert cond(probing, "Ready") == ("Unknown", "Probing")
+    assert cond(probing, "SourceReady") == ("True", "Synced")
+    assert probing.revision == "git:next" and probing.published_revision == before.revision
+    reconciling = next(c for c in probing.conditions if c.type == "Reconciling")
+    assert (
+        reconciling.message == "probing 1 artifact of revision git:next in Jobs (extract.min.mjs)"
+    )
+    states = {a.path: a.state.value for a in probing.artifacts}
+    assert states == {"extract.min.mjs": "Probing", "load.min.mjs": "Probed"}
+    assert [e.reason for e in transition_events(before, probing)] == ["NewRevision"]
+    done = bundle_status(probing, Observation(1, T0 + timedelta(minutes=2), outcome=good))
+    assert "Reconciling" not in types(done) and cond(done, "Ready") == ("True", "Succeeded")
+
+
+async def test_a_failed_pass_is_an_internal_error_retried_with_the_last_picture_kept(
+    good: PassOutcome,
+) -> None:
+    before = ready(good)
+    why = internal_error(RuntimeError("boom\nsecond line"))
+    assert why.reason == "InternalError"
+    assert why.message.startswith("RuntimeError: boom; retried with back-off")
+    failed = bundle_status(before, Observation(1, T0 + timedelta(minutes=1), failed=why))
+    assert cond(failed, "Ready") == ("False", "InternalError")
+    assert cond(failed, "Reconciling") == ("True", "ProgressingWithRetry")
+    assert cond(failed, "BindingsPublished") == ("True", "Published")
+    assert failed.counts == before.counts
+    [event] = transition_events(before, failed)
+    assert (event.type, event.reason) == ("Warning", "InternalError")
+    assert transition_events(failed, bundle_status(failed, Observation(1, T0, failed=why))) == []
+
+
+async def test_a_failed_dag_bundle_check_is_an_internal_error_on_its_condition_only(
+    good: PassOutcome,
+) -> None:
+    why = internal_error(ValueError("column dag_bundle.version does not exist"))
+    status = bundle_status(
+        TaskHandlerBundleStatus(), Observation(1, T0, outcome=good, dag_bundle_error=why)
+    )
+    assert cond(status, "DagBundleInSync") == ("Unknown", "InternalError")
+    assert cond(status, "Ready") == ("True", "Succeeded")  # informational, as when it works

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from taskhandler_operator.kube.conditions import (
+    RETRIES,
+    STALLS,
+    Reason,
     Reasoned,
     find_condition,
     set_condition,
+    stalls,
     status_unchanged,
     summarize,
 )
@@ -28,6 +34,7 @@ from taskhandler_operator.kube.status import (
     status_artifacts,
     status_problems,
 )
+from taskhandler_operator.sources import errors as source_errors
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
 T1 = T0 + timedelta(minutes=5)
@@ -106,6 +113,116 @@ def test_stalled_replaces_reconciling_and_fails_ready() -> None:
     # Once the conflict is gone, Stalled is removed rather than set False (abnormal-true).
     healed = by_type(summarize(list(out.values()), generation=3, now=T1))
     assert "Stalled" not in healed and healed["Ready"].status == TRUE
+
+
+def failing(reasons: dict[ConditionType, str]) -> list[Condition]:
+    """The three domain conditions, False with the given reasons, True otherwise."""
+    out = domain()
+    for type_, reason in reasons.items():
+        out = set_condition(out, type_, FALSE, reason, f"{reason} msg", generation=3, now=T0)
+    return out
+
+
+@pytest.mark.parametrize(
+    "reason",
+    ["StubsUnbound", "ArtifactsFailed", "DatabaseError", "ChecksumMismatch", "InvalidSource"],
+)
+def test_a_failure_only_a_person_can_fix_is_stalled_not_retrying(reason: str) -> None:
+    type_ = {
+        "StubsUnbound": ConditionType.BINDINGS_PUBLISHED,
+        "ArtifactsFailed": ConditionType.ARTIFACTS_PROBED,
+        "DatabaseError": ConditionType.BINDINGS_PUBLISHED,
+    }.get(reason, ConditionType.SOURCE_READY)
+    out = by_type(summarize(failing({type_: reason}), generation=3, now=T1))
+    assert (out["Stalled"].status, out["Stalled"].reason) == (TRUE, reason)
+    assert out["Stalled"].message == f"{reason} msg"
+    assert (out["Ready"].status, out["Ready"].reason) == (FALSE, reason)
+    assert "Reconciling" not in out
+
+
+@pytest.mark.parametrize(
+    "reason", ["SourceTimeout", "DatabaseUnavailable", "ProbesRetrying", "SecretNotFound"]
+)
+def test_a_failure_that_may_go_away_retries_and_is_not_stalled(reason: str) -> None:
+    stalled_before = summarize(
+        failing({ConditionType.BINDINGS_PUBLISHED: "StubsUnbound"}), generation=3, now=T0
+    )
+    type_ = ConditionType.ARTIFACTS_PROBED if reason == "ProbesRetrying" else None
+    conditions = set_condition(
+        stalled_before,
+        type_ or ConditionType.SOURCE_READY,
+        FALSE,
+        reason,
+        f"{reason} msg",
+        generation=3,
+        now=T1,
+    )
+    # A retrying failure beside a stalling one: the retry may change the picture.
+    out = by_type(summarize(conditions, generation=3, now=T1))
+    assert (out["Reconciling"].status, out["Reconciling"].reason) == (
+        TRUE,
+        "ProgressingWithRetry",
+    )
+    assert out["Reconciling"].message == f"{reason} msg"
+    assert "Stalled" not in out
+    assert out["Ready"].status == FALSE
+
+
+def test_probing_is_reconciling_even_over_a_stall_and_the_stall_returns_after() -> None:
+    stalled = summarize(
+        failing({ConditionType.BINDINGS_PUBLISHED: "StubsUnbound"}), generation=3, now=T0
+    )
+    why = Reasoned("Probing", "probing 1 artifact of revision r2 in Jobs (a)")
+    out = by_type(summarize(stalled, generation=3, now=T1, progressing=why))
+    assert (out["Reconciling"].status, out["Reconciling"].reason) == (TRUE, "Probing")
+    assert "Stalled" not in out
+    # The last pass's failure still describes the bindings in the database meanwhile.
+    assert (out["Ready"].status, out["Ready"].reason) == (FALSE, "StubsUnbound")
+    again = by_type(summarize(list(out.values()), generation=3, now=T1))
+    assert again["Stalled"].reason == "StubsUnbound" and "Reconciling" not in again
+
+
+def test_a_failed_pass_is_ready_false_and_retrying_whatever_the_domain_says() -> None:
+    why = Reasoned("InternalError", "RuntimeError: boom")
+    out = by_type(summarize(domain(), generation=3, now=T1, failed=why))
+    assert (out["Ready"].status, out["Ready"].reason) == (FALSE, "InternalError")
+    assert out["Ready"].message == "RuntimeError: boom"
+    assert (out["Reconciling"].reason, out["Reconciling"].message) == (
+        "ProgressingWithRetry",
+        "RuntimeError: boom",
+    )
+    assert "Stalled" not in out
+    # The domain conditions keep what the last pass observed.
+    assert out["BindingsPublished"].status == TRUE
+
+
+def test_every_false_reason_either_stalls_or_retries() -> None:
+    # A reason that can be False on a domain condition, or be Stalled, must be decided here
+    # (docs/operator.md's table shows the verdict); the Ready/Reconciling reasons and the
+    # True ones are not failures.
+    not_failures = {
+        Reason.SUCCEEDED,
+        Reason.PROGRESSING,
+        Reason.PROGRESSING_WITH_RETRY,
+        Reason.PROBING,
+        Reason.SYNCED,
+        Reason.PROBED,
+        Reason.PUBLISHED,
+    }
+    for reason in Reason:
+        if reason in not_failures:
+            continue
+        assert (reason in STALLS) != (reason in RETRIES), reason
+        assert stalls(reason) == (reason in STALLS)
+    assert not STALLS & RETRIES
+
+
+def test_the_sources_reasons_stall_exactly_when_their_error_is_permanent() -> None:
+    for name in source_errors.__all__:
+        cls = getattr(source_errors, name)
+        if isinstance(cls, type) and issubclass(cls, source_errors.SourceError):
+            assert stalls(cls.reason) == cls.permanent, cls.reason
+    assert not stalls("SomeNewReason")  # undecided: InProgress, the safe answer
 
 
 def test_missing_domain_conditions_leave_ready_unknown_naming_them() -> None:
