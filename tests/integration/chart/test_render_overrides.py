@@ -272,7 +272,7 @@ def test_priority_spread_and_a_soft_anti_affinity_for_replicas(
         "requiredDuringSchedulingIgnoredDuringExecution" not in spec["affinity"]["podAntiAffinity"]
     )
     # An affinity of one's own replaces the default.
-    mine = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
+    mine: dict[str, Any] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
     overridden = render("--set", "replicaCount=2", "--set-json", f"affinity={json.dumps(mine)}")
     assert pod_spec(one(overridden, "Deployment"))["affinity"] == mine
 
