@@ -38,6 +38,7 @@ from taskhandler_operator.db.watermark import RowsWatermark
 from taskhandler_operator.kube.probe_job import ProbePodSettings
 from taskhandler_operator.reconcile.store import DatabaseStore
 from taskhandler_operator.settings import Settings
+from taskhandler_operator.sources.access import VolumeAccess
 from taskhandler_operator.sources.server import ArtifactServer
 from taskhandler_operator.sources.signing import generate_key
 from taskhandler_operator.sources.store import RevisionStore
@@ -174,6 +175,7 @@ class OperatorRuntime:
     poller: InventoryPoller
     redactor: Redactor
     reconciler_heartbeat: Heartbeat
+    volumes: VolumeAccess = field(default_factory=VolumeAccess)
 
     @property
     def runtime_images(self) -> dict[Language, str]:
@@ -252,6 +254,11 @@ class OperatorRuntime:
             poller=poller,
             redactor=redactor,
             reconciler_heartbeat=reconciler,
+            volumes=VolumeAccess.for_operator(
+                settings.volume_roots,
+                store=revisions.root,
+                secret_files=(settings.signing_key_file, settings.database_url_file),
+            ),
         )
         servers: list[HealthServer] = []
         tasks: list[asyncio.Task[None]] = []
