@@ -227,6 +227,11 @@ class JobSlots:
     def available(self) -> int:
         return max(self.capacity - self.in_use, 0)
 
+    @property
+    def bundles(self) -> int:
+        """Bundles holding a slot or waiting for one."""
+        return len(self._held.keys() | self._waiting.keys())
+
     def held(self, bundle: BundleKey) -> frozenset[str]:
         return frozenset(self._held.get(bundle, ()))
 

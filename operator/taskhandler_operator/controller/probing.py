@@ -106,6 +106,9 @@ class JobSignals:
     def forget(self, namespace: str, name: str) -> None:
         self._events.pop((namespace, name), None)
 
+    def __len__(self) -> int:
+        return len(self._events)
+
 
 @dataclass
 class JobProber:

@@ -39,6 +39,7 @@ from taskhandler_operator.kube.probe_job import ProbePodSettings
 from taskhandler_operator.reconcile.store import DatabaseStore
 from taskhandler_operator.settings import Settings
 from taskhandler_operator.sources.access import VolumeAccess
+from taskhandler_operator.sources.mirrors import mirror_dirs
 from taskhandler_operator.sources.server import ArtifactServer
 from taskhandler_operator.sources.signing import generate_key
 from taskhandler_operator.sources.store import RevisionStore
@@ -260,6 +261,7 @@ class OperatorRuntime:
                 secret_files=(settings.signing_key_file, settings.database_url_file),
             ),
         )
+        _track(runtime)
         servers: list[HealthServer] = []
         tasks: list[asyncio.Task[None]] = []
         try:
@@ -288,3 +290,19 @@ class OperatorRuntime:
             await artifacts.stop()
             await kube.aclose()
             await engine.dispose()
+
+
+def _track(runtime: OperatorRuntime) -> None:
+    """What the operator keeps per bundle or per Job, as the ``tracked_entries`` gauge: each
+    goes back to the live bundles' count when bundles are deleted (tests/e2e check it)."""
+    metrics, revisions = runtime.metrics, runtime.revisions
+    metrics.track("wakeups", lambda: len(runtime.wakeups))
+    metrics.track("probe_slots", lambda: runtime.slots.in_use)
+    metrics.track("probe_slot_bundles", lambda: runtime.slots.bundles)
+    metrics.track("job_signals", lambda: len(runtime.signals))
+    metrics.track("inventory_bundles", lambda: len(runtime.poller.queues_of))
+    metrics.track("revision_locks", lambda: revisions.lock_count)
+    metrics.track("revision_holds", lambda: revisions.hold_count)
+    metrics.track("event_memory", lambda: runtime.kube.events_remembered)
+    metrics.track("bundle_series", lambda: metrics.bundle_series())
+    metrics.track("git_mirrors", lambda: len(mirror_dirs(revisions.mirrors_dir)))

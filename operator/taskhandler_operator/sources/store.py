@@ -313,6 +313,15 @@ class RevisionStore:
             if self._holds[key] <= 0:
                 del self._holds[key]
 
+    @property
+    def lock_count(self) -> int:
+        """Bundles with an in-process lock (dropped when the bundle is deleted)."""
+        return len(self._locks)
+
+    @property
+    def hold_count(self) -> int:
+        return len(self._holds)
+
     def held(self, namespace: str, bundle: str) -> set[str]:
         return {r for (ns, b, r), n in self._holds.items() if ns == namespace and b == bundle and n}
 
