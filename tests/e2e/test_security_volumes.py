@@ -105,7 +105,7 @@ def test_volume_sources_read_only_below_the_allowed_roots(
         wait_source(kube_cluster, namespace, "own", op, "Synced")
 
         (allowed / "shortcut").symlink_to(store / second_namespace)
-        escapes = {
+        escapes: dict[str, tuple[Path | str, str]] = {
             "store-escape": (victim_files, "overlaps"),
             "secret-escape": (secrets, "overlaps"),
             "symlink-escape": (allowed / "shortcut" / "victim", "resolves to"),
