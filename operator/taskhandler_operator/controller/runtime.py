@@ -262,6 +262,11 @@ class OperatorRuntime:
             ),
         )
         _track(runtime)
+        if settings.volume_roots:
+            roots = ", ".join(str(r) for r in settings.volume_roots)
+            log.info("volume sources may read below: %s", roots)
+        else:
+            log.info("no volume roots (THOP_VOLUME_ROOTS): volume sources are refused")
         servers: list[HealthServer] = []
         tasks: list[asyncio.Task[None]] = []
         try:
