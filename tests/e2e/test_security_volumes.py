@@ -78,6 +78,7 @@ def test_volume_sources_read_only_below_the_allowed_roots(
     (allowed / "victim" / "handlers.txt").write_text("the other team's artifacts")
     (allowed / "own").mkdir()
     (allowed / "own" / "README.md").write_text("ours")
+    (tmp_path / "elsewhere").mkdir()
     secrets = tmp_path / "operator-secrets"
     secrets.mkdir(mode=0o700)
     (secrets / "signing-key").write_text(os.urandom(32).hex())
@@ -110,7 +111,7 @@ def test_volume_sources_read_only_below_the_allowed_roots(
             "secret-escape": (secrets, "overlaps"),
             "symlink-escape": (allowed / "shortcut" / "victim", "resolves to"),
             "proc-escape": ("/proc/self", "overlaps /proc"),
-            "outside-escape": (tmp_path, "outside the folders"),
+            "outside-escape": (tmp_path / "elsewhere", "outside the folders"),
         }
         for name, (path, _) in escapes.items():
             apply(kube_cluster, volume_bundle(namespace, name, path))

@@ -81,7 +81,7 @@ def check_volume_path(
     allowed = ", ".join(str(r) for r in roots)
     raise VolumeNotAllowed(
         f"volume path {named}{via} is outside the folders this operator allows volume sources "
-        f"to read ({allowed}); use a path below one of them"
+        f"to read (THOP_VOLUME_ROOTS: {allowed}); use a path below one of them"
     )
 
 
