@@ -124,7 +124,14 @@ def churn(
     store = workdir / "revisions"
     op = start_operator(cluster, [namespace], database, workdir, THOP_VOLUME_ROOTS=str(allowed))
     try:
-        wait_for("served metrics", lambda: bool(tracked(op)), op, 120)
+
+        def serving() -> bool:
+            try:
+                return bool(tracked(op))
+            except OSError:  # not listening yet
+                return False
+
+        wait_for("served metrics", serving, op, 120)
         before = tracked(op)
         assert {name: before[name] for name in STRUCTURES} == dict.fromkeys(STRUCTURES, 0.0)
 
