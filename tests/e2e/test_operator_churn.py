@@ -178,6 +178,7 @@ def churn(
         op.stop()
 
 
+@pytest.mark.timeout(1800)
 def test_creating_and_deleting_bundles_leaves_nothing_behind(
     kube_cluster: KubeCluster,
     namespace: str,
@@ -190,6 +191,7 @@ def test_creating_and_deleting_bundles_leaves_nothing_behind(
 
 
 @pytest.mark.chaos
+@pytest.mark.timeout(5400)
 def test_a_thousand_bundles_created_and_deleted_leave_nothing_behind(
     kube_cluster: KubeCluster,
     namespace: str,
