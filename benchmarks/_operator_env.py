@@ -310,6 +310,9 @@ def chart_operator(
     """
     workdir.mkdir(parents=True, exist_ok=True)
     ports = HostPorts(artifact_server=free_port(), metrics=free_port(), health=free_port())
+    # The benchmarks' volume bundles live in <work>/volumes (a host folder here, a mounted
+    # claim in a cluster): the one folder volume sources may read.
+    volumes = workdir.parent / "volumes"
     values = process_node_values(
         ports,
         database_secret="bench-database",
@@ -318,6 +321,7 @@ def chart_operator(
             f"clusterId={CLUSTER_ID}",
             f"probe.parallelism={parallelism}",
             f"probe.runtimeImages.typescript={NODE_IMAGE}",
+            f"volumeSources.roots={{{volumes}}}",
         ),
     )
     container = chart_container("bench", namespace, values, cluster.bins["helm"])

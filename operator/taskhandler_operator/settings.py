@@ -142,6 +142,11 @@ class Settings(BaseSettings):
         description="folder holding synced source revisions",
     )
     revisions_kept: int = Field(default=3, ge=1, description="revisions kept per bundle")
+    volume_roots: Annotated[tuple[Path, ...], NoDecode] = Field(
+        default=(),
+        description="folders volume sources may read below, comma-separated absolute paths; "
+        "empty (the default) refuses every volume source",
+    )
     artifact_server_bind: str = Field(
         default="0.0.0.0:8090",
         pattern=r"^[^\s:]*:\d{1,5}$",
@@ -170,6 +175,15 @@ class Settings(BaseSettings):
     log_level: LogLevel = Field(default="info", description="debug, info, warning or error")
 
     _split_namespaces = field_validator("namespaces", mode="before")(_split_list)
+    _split_volume_roots = field_validator("volume_roots", mode="before")(_split_list)
+
+    @field_validator("volume_roots")
+    @classmethod
+    def _absolute_roots(cls, roots: tuple[Path, ...]) -> tuple[Path, ...]:
+        for root in roots:
+            if not root.is_absolute():
+                raise ValueError(f"{str(root)!r} is not an absolute path")
+        return roots
 
     def resolved_database_url(self) -> str | None:
         """The database URL from ``database_url`` or the file ``database_url_file``; None when

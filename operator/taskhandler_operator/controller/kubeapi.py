@@ -563,6 +563,11 @@ class KubeApi:
                 del self._posted[key]
             raise
 
+    @property
+    def events_remembered(self) -> int:
+        """Events in the dedupe memory (bounded; a deleted object's go at once)."""
+        return len(self._posted)
+
     def forget_events(self, namespace: str, name: str) -> None:
         """Drop the dedupe memory of a deleted object."""
         for key in [k for k in self._posted if k[1] == namespace and k[3] == name]:

@@ -52,6 +52,7 @@ from taskhandler_operator.kube.probe_job import (
     active_deadline_seconds,
     build_probe_job,
     job_outcome,
+    probe_job_selector,
 )
 from taskhandler_operator.kube.spec import TaskHandlerBundleSpec
 from taskhandler_operator.kube.status import MAX_ITEM_MESSAGE_CHARS, shorten
@@ -105,6 +106,9 @@ class JobSignals:
     def forget(self, namespace: str, name: str) -> None:
         self._events.pop((namespace, name), None)
 
+    def __len__(self) -> int:
+        return len(self._events)
+
 
 @dataclass
 class JobProber:
@@ -127,6 +131,8 @@ class JobProber:
     """Jobs created or adopted by this pass whose result is awaited (the running-Jobs gauge)."""
     retries: ProbeRetries | None = None
     """The bundle's per-artifact back-off of retryable failures (kept between passes)."""
+    _observing: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+    _observed: bool = field(default=False, repr=False)
 
     @property
     def key(self) -> BundleKey:
@@ -139,7 +145,9 @@ class JobProber:
             if waiting is not None:
                 self.codes[rel] = waiting.code
                 return ProbeFailed(rel, waiting_message(waiting), retryable=True)
-        outcome = await self._probe(request)
+        # The revision's files stay while its probe pod may download them.
+        with self.artifacts.store.hold(self.bundle.namespace, self.bundle.name, request.revision):
+            outcome = await self._probe(request)
         if self.retries is None:
             return outcome
         if isinstance(outcome, ProbeFailed) and outcome.retryable:
@@ -227,7 +235,28 @@ class JobProber:
             )
         return files
 
+    async def _observe_running(self) -> None:
+        """Count the bundle's probe Jobs running in the cluster against the caps, once per pass
+        before its first slot: Jobs a restarted operator adopts, or an earlier pass left
+        running (their artifact changed since), take slots as the ones this pass creates do.
+        Those this pass does not wait for give their slot back when their Job finishes
+        (the Job watch, controller/switchboard.py)."""
+        async with self._observing:
+            if self._observed:
+                return
+            self._observed = True
+            try:
+                jobs = await self.kube.list_jobs(
+                    self.bundle.namespace, probe_job_selector(self.bundle)
+                )
+            except KubeApiError as exc:
+                log.info("cannot list the running probe Jobs: %s", exc)
+                return
+            running = {_name(job) for job in jobs if _running(job)}
+            self.slots.observe(self.key, running | self.slots.held(self.key))
+
     async def _take_slot(self, name: str) -> None:
+        await self._observe_running()
         while not self.slots.acquire(self.key, name, self.spec.probe.parallelism):
             self.signals.freed.clear()
             with contextlib.suppress(TimeoutError):
@@ -339,3 +368,21 @@ def _jars(root: Path) -> list[str]:
         for p in root.rglob("*.jar")
         if p.is_file() and not p.is_symlink()
     )
+
+
+def _name(job: Mapping[str, object]) -> str:
+    meta = job.get("metadata")
+    return str(meta.get("name")) if isinstance(meta, dict) else ""
+
+
+def _running(job: Mapping[str, object]) -> bool:
+    """Neither finished (Complete or Failed) nor being deleted."""
+    meta = job.get("metadata")
+    if isinstance(meta, dict) and meta.get("deletionTimestamp"):
+        return False
+    status = job.get("status")
+    conditions = status.get("conditions") if isinstance(status, dict) else None
+    for cond in conditions or ():
+        if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
+            return False
+    return True

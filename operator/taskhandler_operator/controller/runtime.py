@@ -39,6 +39,8 @@ from taskhandler_operator.db.watermark import RowsWatermark
 from taskhandler_operator.kube.probe_job import ProbePodSettings
 from taskhandler_operator.reconcile.store import DatabaseStore
 from taskhandler_operator.settings import Settings
+from taskhandler_operator.sources.access import VolumeAccess
+from taskhandler_operator.sources.mirrors import mirror_dirs
 from taskhandler_operator.sources.server import ArtifactServer
 from taskhandler_operator.sources.signing import generate_key
 from taskhandler_operator.sources.store import RevisionStore
@@ -197,6 +199,7 @@ class OperatorRuntime:
     redactor: Redactor
     reconciler_heartbeat: Heartbeat
     fence: Fence
+    volumes: VolumeAccess = field(default_factory=VolumeAccess)
 
     @property
     def runtime_images(self) -> dict[Language, str]:
@@ -277,7 +280,18 @@ class OperatorRuntime:
             redactor=redactor,
             reconciler_heartbeat=reconciler,
             fence=fence,
+            volumes=VolumeAccess.for_operator(
+                settings.volume_roots,
+                store=revisions.root,
+                secret_files=(settings.signing_key_file, settings.database_url_file),
+            ),
         )
+        _track(runtime)
+        if settings.volume_roots:
+            roots = ", ".join(str(r) for r in settings.volume_roots)
+            log.info("volume sources may read below: %s", roots)
+        else:
+            log.info("no volume roots (THOP_VOLUME_ROOTS): volume sources are refused")
         servers: list[HealthServer] = []
         tasks: list[asyncio.Task[None]] = []
         try:
@@ -306,3 +320,19 @@ class OperatorRuntime:
             await artifacts.stop()
             await kube.aclose()
             await engine.dispose()
+
+
+def _track(runtime: OperatorRuntime) -> None:
+    """What the operator keeps per bundle or per Job, as the ``tracked_entries`` gauge: each
+    goes back to the live bundles' count when bundles are deleted (tests/e2e check it)."""
+    metrics, revisions = runtime.metrics, runtime.revisions
+    metrics.track("wakeups", lambda: len(runtime.wakeups))
+    metrics.track("probe_slots", lambda: runtime.slots.in_use)
+    metrics.track("probe_slot_bundles", lambda: runtime.slots.bundles)
+    metrics.track("job_signals", lambda: len(runtime.signals))
+    metrics.track("inventory_bundles", lambda: len(runtime.poller.queues_of))
+    metrics.track("revision_locks", lambda: revisions.lock_count)
+    metrics.track("revision_holds", lambda: revisions.hold_count)
+    metrics.track("event_memory", lambda: runtime.kube.events_remembered)
+    metrics.track("bundle_series", lambda: metrics.bundle_series())
+    metrics.track("git_mirrors", lambda: len(mirror_dirs(revisions.mirrors_dir)))

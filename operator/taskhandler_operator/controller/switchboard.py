@@ -160,7 +160,12 @@ def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
         if runtime.signals.changed(namespace, name):
             return
         owner = meta.get("labels", {}).get(names.LABEL_BUNDLE)
-        if owner and _finished(job):
+        finished = _finished(job)
+        if owner and (finished or event.get("type") == "DELETED"):
+            # A Job no pass waits for (adopted after a restart, or left running by an earlier
+            # pass) gives back the slot the pass's JobSlots.observe counted for it.
+            runtime.slots.release((namespace, owner), name)
+        if owner and finished:
             runtime.wakeups.wake(namespace, owner, f"probe Job {name} finished")
 
     @kopf.on.delete(*bundles, registry=registry, id="deletion-policy")

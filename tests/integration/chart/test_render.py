@@ -181,6 +181,29 @@ def test_crds_off_and_not_kept_and_a_pvc(kube_cluster: KubeCluster, render: Rend
     assert "annotations" not in crd["metadata"]
 
 
+def test_volume_roots_and_their_mounts(kube_cluster: KubeCluster, render: Render) -> None:
+    """A PersistentVolumeClaim of bundles mounted read-only and allowed as a volume root."""
+    objects = render(
+        "--set", "volumeSources.roots={/bundles,/shared}",
+        "--set", "extraVolumes[0].name=bundles",
+        "--set", "extraVolumes[0].persistentVolumeClaim.claimName=airflow-bundles",
+        "--set", "extraVolumeMounts[0].name=bundles",
+        "--set", "extraVolumeMounts[0].mountPath=/bundles",
+        "--set", "extraVolumeMounts[0].readOnly=true",
+    )  # fmt: skip
+    dry_run(kube_cluster, objects)
+    deployment = one(objects, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert env_of(deployment)["THOP_VOLUME_ROOTS"] == "/bundles,/shared"
+    assert {"name": "bundles", "persistentVolumeClaim": {"claimName": "airflow-bundles"}} in (
+        pod["volumes"]
+    )
+    mounts = pod["containers"][0]["volumeMounts"]
+    assert {"name": "bundles", "mountPath": "/bundles", "readOnly": True} in mounts
+    # By default no root: the operator refuses every volume source.
+    assert "THOP_VOLUME_ROOTS" not in env_of(one(render(), "Deployment"))
+
+
 def test_the_probe_network_policy_allows_only_the_artifact_port_and_dns(render: Render) -> None:
     policy = one(render(), "NetworkPolicy", "probe")
     spec = policy["spec"]
@@ -258,6 +281,8 @@ REFUSED: list[tuple[tuple[str, ...], str]] = [
     (("--set", "crds.enabled=maybe"), "/crds/enabled"),
     (("--set", "revisionStore.type=hostPath"), "/revisionStore/type"),
     (("--set", "imagePullSecrets[0].name=regcred"), "/imagePullSecrets/0"),
+    (("--set", "volumeSources.roots={bundles}"), "/volumeSources/roots/0"),
+    (("--set", "extraVolumeMounts[0].name=b"), "/extraVolumeMounts/0"),
 ]
 
 

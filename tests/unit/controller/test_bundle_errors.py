@@ -28,6 +28,7 @@ from taskhandler_operator.reconcile.local import LocalFolderSyncer
 from taskhandler_operator.reconcile.models import BundleSpec
 from taskhandler_operator.reconcile.steps import PassOutcome, PassPorts
 from taskhandler_operator.reconcile.steps import run_pass as real_run_pass
+from taskhandler_operator.sources.access import VolumeAccess
 from tests.unit.reconcile.test_steps import SPEC, FakeProber, FakeStore, etl, handler
 from tests.unit.reconcile.test_steps import bundle as bundle  # the fixture: a bundle folder
 
@@ -141,6 +142,7 @@ def runtime(api: FakeApiserver, wakeup: Wakeup) -> Any:
         options=SimpleNamespace(cluster_id="c1", operator_image="img", pod_settings=None),
         settings=SimpleNamespace(pass_timeout=None),
         fence=None,
+        volumes=VolumeAccess(),
     )
 
 
