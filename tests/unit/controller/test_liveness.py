@@ -136,7 +136,7 @@ def test_a_bundle_daemon_counts_its_passes_not_its_sleeps(monkeypatch: pytest.Mo
     monkeypatch.setattr(bundle, "reconcile_bundle", fake_reconcile)
     wakeup = FakeWakeup(watch, passes=3)
     nothing = SimpleNamespace(forget=lambda key: None)
-    runtime = SimpleNamespace(
+    runtime: Any = SimpleNamespace(
         wakeups=SimpleNamespace(get=lambda ns, name: wakeup, discard=lambda ns, name: None),
         reconciler_heartbeat=watch,
         poller=nothing,
