@@ -113,8 +113,9 @@ def test_an_idle_chart_operator_is_never_restarted(
             "-o",
             "json",
         )
-        reasons = [e["reason"] for e in json.loads(listing.stdout)["items"]]
-        assert "Unhealthy" not in reasons and "Killing" not in reasons, reasons
+        events = [(e["reason"], e.get("message", "")) for e in json.loads(listing.stdout)["items"]]
+        # Startup and readiness failures while it starts and takes the Lease are normal.
+        assert not [e for e in events if e[0] == "Killing" or "Liveness" in e[1]], events
         with urllib.request.urlopen(f"http://127.0.0.1:{ports.health}/healthz", timeout=5) as r:
             body = json.loads(r.read())
         assert body["status"] == "ok" and all(c["ok"] for c in body["heartbeats"].values())
