@@ -11,7 +11,7 @@ How: ``helm install --wait`` (the startup and readiness probes gate ``--wait``),
 ``THOP_IDLE_SECONDS`` (default 900: the old 600 s limit plus the probe's 3 x 20 s, with margin,
 and the demo's "15 minutes idle"), polling the pod once a minute.
 
-Run (about 17 minutes; ``chaos`` marker, so not in the default suite)::
+Run (about 18 minutes; ``chaos`` marker, so not in the default suite)::
 
     make chaos
     .venv/bin/pytest -m chaos tests/chaos/test_idle_operator.py
