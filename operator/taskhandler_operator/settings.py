@@ -171,6 +171,27 @@ class Settings(BaseSettings):
     )
     metrics_port: Port = Field(default=8080, description="Prometheus metrics port")
     health_port: Port = Field(default=8081, description="liveness/readiness probe port")
+    liveness_event_loop_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="/healthz fails when the event loop has not run its 1 s ticker for this long",
+    )
+    liveness_election_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="/healthz fails when the leader election loop has not ticked for this long",
+    )
+    liveness_inventory_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description="/healthz fails when the stub-inventory poller has not polled for this long",
+    )
+    liveness_pass_seconds: float = Field(
+        default=10800.0,
+        gt=0,
+        description="/healthz fails when one bundle's pass has run this long (a stuck "
+        "reconciler; a bundle that sleeps between passes never counts)",
+    )
     log_format: LogFormat = Field(default="json", description="json or text")
     log_level: LogLevel = Field(default="info", description="debug, info, warning or error")
 

@@ -529,8 +529,9 @@ async def run_bundle(
             wakeup.collect()
             # The pass's inputs and report live in _one_pass's frame only, so nothing of them
             # outlives the pass: this coroutine sleeps for most of its life, once per bundle.
-            sleep = await _one_pass(get_body, runtime, memory, rand)
-            runtime.reconciler_heartbeat.beat()
+            # Liveness counts a pass that never ends, never the sleep between passes.
+            with runtime.reconciler_heartbeat.busy((namespace, name)):
+                sleep = await _one_pass(get_body, runtime, memory, rand)
             if stopped():
                 return
             reasons = await wakeup.sleep_or_wake(sleep)

@@ -27,7 +27,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from taskhandler_operator.airflow.serialized import DagStubs
 from taskhandler_operator.artifacts.models import Language
 from taskhandler_operator.controller.backoff import BundleKey, JobSlots, Wakeups
-from taskhandler_operator.controller.health import HealthServer, HealthState, Heartbeat
+from taskhandler_operator.controller.health import (
+    HealthServer,
+    HealthState,
+    Heartbeat,
+    PassWatch,
+    tick,
+)
 from taskhandler_operator.controller.kubeapi import KubeApi
 from taskhandler_operator.controller.logs import Redactor
 from taskhandler_operator.controller.metrics import Metrics
@@ -197,7 +203,8 @@ class OperatorRuntime:
     signals: JobSignals
     poller: InventoryPoller
     redactor: Redactor
-    reconciler_heartbeat: Heartbeat
+    reconciler_heartbeat: PassWatch
+    """Armed while leading; each bundle daemon marks its passes with ``busy``."""
     fence: Fence
     volumes: VolumeAccess = field(default_factory=VolumeAccess)
 
@@ -259,10 +266,17 @@ class OperatorRuntime:
         )
         kube = KubeApi(api_client, max_workers=8, redactor=redactor)
         poller = InventoryPoller(store, wakeups)
+        # A poll cycle must fit in the limit however short a test makes it.
         heartbeat = health.add(
-            Heartbeat("inventory", max(120.0, options.inventory_poll_seconds * 8))
+            Heartbeat(
+                "inventory",
+                max(settings.liveness_inventory_seconds, options.inventory_poll_seconds * 2),
+            )
         )
-        reconciler = health.add(Heartbeat("reconcilers", 600.0, armed=False))
+        loop_beat = health.add(Heartbeat("event-loop", settings.liveness_event_loop_seconds))
+        reconciler = health.add(
+            PassWatch("reconcilers", settings.liveness_pass_seconds, armed=False)
+        )
         runtime = cls(
             settings=settings,
             options=options,
@@ -303,6 +317,12 @@ class OperatorRuntime:
                 )
                 await server.start()
                 servers.append(server)
+            tasks.append(
+                asyncio.create_task(
+                    tick(loop_beat, min(1.0, settings.liveness_event_loop_seconds / 4)),
+                    name="event-loop-ticker",
+                )
+            )
             tasks.append(
                 asyncio.create_task(
                     poller.run(options.inventory_poll_seconds, heartbeat), name="inventory-poller"

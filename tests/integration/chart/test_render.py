@@ -93,6 +93,7 @@ def test_defaults_are_accepted_by_the_apiserver(
     assert container["command"] == ["taskhandler-operator"] and container["args"] == ["run"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     env = env_of(deployment)
     assert env["THOP_DATABASE_URL_FILE"] == "/etc/taskhandler-operator/database/url"

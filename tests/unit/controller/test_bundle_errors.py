@@ -23,6 +23,7 @@ from taskhandler_operator.controller.bundle import (
     LiveStatus,
     run_bundle,
 )
+from taskhandler_operator.controller.health import PassWatch
 from taskhandler_operator.controller.kubeapi import merge_patch_to
 from taskhandler_operator.reconcile.local import LocalFolderSyncer
 from taskhandler_operator.reconcile.models import BundleSpec
@@ -131,7 +132,7 @@ def runtime(api: FakeApiserver, wakeup: Wakeup) -> Any:
         kube=api,
         metrics=Metrics(),
         wakeups=SimpleNamespace(get=lambda ns, name: wakeup, discard=lambda ns, name: None),
-        reconciler_heartbeat=SimpleNamespace(beat=lambda: None),
+        reconciler_heartbeat=PassWatch("reconcilers", 60.0),
         poller=nothing,
         slots=nothing,
         revisions=None,
