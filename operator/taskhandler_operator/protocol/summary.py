@@ -249,12 +249,15 @@ def find_result_line(lines: Iterable[str]) -> str | None:
     return found
 
 
+_CR_ROOM = 16
+
+
 class ResultScanner:
     """Finds the line after the last :data:`RESULT_MARKER` in a log fed in chunks, keeping at most
     ``max_line_bytes`` of it and nothing else: a probe's log can be far larger than its result
     (a runtime's output, or anything a probe image prints), and the reader must not hold it.
 
-    Lines end at ``"\\n"`` only, as in :func:`accept_result`; a trailing ``"\\r"`` is dropped.
+    Lines end at ``"\\n"`` only, as in :func:`accept_result`; trailing ``"\\r"`` are dropped.
     """
 
     _MARKER = RESULT_MARKER.encode()
@@ -270,6 +273,7 @@ class ResultScanner:
         self.found: bytes | None = None
         self.found_too_long = False
         self.bytes_read = 0
+        self.peak = 0  # the most bytes of a line held at once
 
     def feed(self, data: bytes) -> None:
         self.bytes_read += len(data)
@@ -286,19 +290,18 @@ class ResultScanner:
     def _keep(self, piece: bytes) -> None:
         if self._over or not piece:
             return
-        # A line that follows a marker is kept up to the cap (+1 for a "\r"); any other line
-        # only as far as it could still be the marker.
-        room = (self._max + 1 if self._capture else len(self._MARKER) + 1) - len(self._line)
+        # A line that follows a marker is kept up to the cap; any other line only as far as it
+        # could still be the marker (either with room for trailing "\r"s).
+        room = (self._max if self._capture else len(self._MARKER)) + _CR_ROOM - len(self._line)
         if len(piece) > room:
             self._line += piece[:room]
             self._over = True
         else:
             self._line += piece
+        self.peak = max(self.peak, len(self._line))
 
     def _end_line(self) -> None:
-        line = bytes(self._line)
-        if line.endswith(b"\r"):
-            line = line[:-1]
+        line = bytes(self._line).rstrip(b"\r")
         if self._capture:
             if self._over or len(line) > self._max:
                 self.found, self.found_too_long = None, True
