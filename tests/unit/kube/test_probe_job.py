@@ -562,7 +562,7 @@ def test_running_job_says_where_it_is(
 
 def _full_pod(pod: dict[str, Any], phase: str | None = None) -> dict[str, Any]:
     """A pod as the API serves it: the fields the view drops as well."""
-    full = json.loads(json.dumps(pod))
+    full: dict[str, Any] = json.loads(json.dumps(pod))
     full["metadata"] = {
         "name": "etl-etl-0123456789-abcde",
         "namespace": "team-a",
