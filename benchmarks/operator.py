@@ -143,6 +143,7 @@ WAIT = 900.0
 #: Probes of one artifact the probe Job time is the median of.
 BASELINE_PROBES = 5
 DATABASE = "operator_bench"
+ALL_PHASES = "probe,steady,failover,watch,cost"
 
 
 # --- set-up ---------------------------------------------------------------------------------
@@ -714,12 +715,23 @@ def verdict(ok: bool) -> str:
 
 
 def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
-    probe = result["probe"]
+    """The table's rows, for the phases that ran (``--phases``)."""
+    rows: list[dict[str, Any]] = []
+    if "probe" in result:
+        rows += _probe_rows(result["probe"])
+    if "steady" in result:
+        rows += _steady_rows(result)
+    if "failover" in result:
+        rows += _failover_rows(result["failover"])
+    if "watch" in result:
+        rows += _watch_rows(result["watch"])
+    return rows + _cost_rows(result)
+
+
+def _probe_rows(probe: dict[str, Any]) -> list[dict[str, Any]]:
     cold, change = probe["cold_start"], probe["change"]
-    steady, compare = result["steady"], result["steady_compare"]
-    failover = result["failover"]
     job_s = probe["probe_job_seconds"]
-    rows = [
+    return [
         {
             "measure": "probe Job time (baseline)",
             "measured": f"{job_s:.2f} s",
@@ -745,7 +757,11 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             "result": verdict(change["seconds"] <= job_s + TARGET_CHANGE_EXTRA_S),
         },
     ]
-    base = result["steady_base"]
+
+
+def _steady_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    steady, base, compare = result["steady"], result["steady_base"], result["steady_compare"]
+    rows: list[dict[str, Any]] = []
     for s in (steady, base, compare):
         scale = f"{s['bundles']} x {s['artifacts_per_bundle']}"
         rows += [
@@ -796,46 +812,55 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             "result": verdict(abs(a - b) <= 0.1 * max(a, b, 1.0)),
         }
     )
+    return rows
+
+
+def _failover_rows(failover: dict[str, Any]) -> list[dict[str, Any]]:
     limit = failover["lease_duration_seconds"] + FAILOVER_GRACE_S
-    rows.append(
+    return [
         {
             "measure": "failover (SIGKILL of the leader to the standby reconciling)",
             "measured": f"{failover['seconds']:.1f} s",
             "target": f"<= {limit:g} s (lease + {FAILOVER_GRACE_S:g} s)",
             "result": verdict(failover["seconds"] <= limit),
         }
-    )
-    watch = result.get("watch")
-    if watch is not None:
-        rate = watch["job_requests_per_job_minute"]
-        rows += [
-            {
-                "measure": (
-                    "apiserver requests per running probe Job per minute "
-                    f"({watch['probes']} Jobs of {watch['answer_after_seconds']:g} s, "
-                    "watches apart)"
-                ),
-                "measured": (
-                    f"{rate:.2f} ({watch['job_requests_per_job']:.1f} per Job)"
-                    if rate is not None
-                    else "no Job seen"
-                ),
-                "target": f"<= {TARGET_JOB_REQUESTS_PER_MINUTE:g}",
-                "result": verdict(rate is not None and rate <= TARGET_JOB_REQUESTS_PER_MINUTE),
-            },
-            {
-                "measure": (
-                    f"operator peak RSS, {watch['probes']} concurrent probes of "
-                    f"{watch['log_mib']} MiB logs"
-                ),
-                "measured": (
-                    f"{watch['peak_rss_mib_after']:.0f} MiB (before the probes "
-                    f"{watch['peak_rss_mib_before']:.0f} MiB)"
-                ),
-                "target": f"<= {TARGET_RSS_MIB:g} MiB",
-                "result": verdict(watch["peak_rss_mib_after"] <= TARGET_RSS_MIB),
-            },
-        ]
+    ]
+
+
+def _watch_rows(watch: dict[str, Any]) -> list[dict[str, Any]]:
+    rate = watch["job_requests_per_job_minute"]
+    return [
+        {
+            "measure": (
+                "apiserver requests per running probe Job per minute "
+                f"({watch['probes']} Jobs of {watch['answer_after_seconds']:g} s, "
+                "watches apart)"
+            ),
+            "measured": (
+                f"{rate:.2f} ({watch['job_requests_per_job']:.1f} per Job)"
+                if rate is not None
+                else "no Job seen"
+            ),
+            "target": f"<= {TARGET_JOB_REQUESTS_PER_MINUTE:g}",
+            "result": verdict(rate is not None and rate <= TARGET_JOB_REQUESTS_PER_MINUTE),
+        },
+        {
+            "measure": (
+                f"operator peak RSS, {watch['probes']} concurrent probes of "
+                f"{watch['log_mib']} MiB logs"
+            ),
+            "measured": (
+                f"{watch['peak_rss_mib_after']:.0f} MiB (before the probes "
+                f"{watch['peak_rss_mib_before']:.0f} MiB)"
+            ),
+            "target": f"<= {TARGET_RSS_MIB:g} MiB",
+            "result": verdict(watch["peak_rss_mib_after"] <= TARGET_RSS_MIB),
+        },
+    ]
+
+
+def _cost_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
     for language, cost in result.get("probe_cost", {}).items():
         for command in ("probe", "fetch"):
             row = cost[command]
@@ -883,6 +908,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--watch-seconds", type=float, default=60.0, help="seconds each of them runs"
     )
+    parser.add_argument(
+        "--phases",
+        default=ALL_PHASES,
+        help=f"comma-separated phases to run (default: all, {ALL_PHASES})",
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="scratch folder")
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -896,22 +926,38 @@ def main(argv: list[str] | None = None) -> int:
         server, url = stack.enter_context(postgres())
         kube = stack.enter_context(cluster(work))
         result: dict[str, Any] = {}
-        probe = probe_phase(kube, url, work, args)
-        template = probe.pop("template")
-        result["probe"] = probe
+        phases = set(args.phases.split(","))
+        template: TaskHandlerArtifact | None = None
+        if phases & {"probe", "steady", "failover"}:
+            # The steady state's rows and the failover's are made from the probe's answer.
+            probe = probe_phase(kube, url, work, args)
+            template = probe.pop("template")
+            result["probe"] = probe
         compare_bundles = max(2, args.bundles // 10)
-        result["steady"] = steady_phase(
-            kube, server, url, work, args, template, args.bundles, args.artifacts, "steady"
-        )
-        result["steady_base"] = steady_phase(
-            kube, server, url, work, args, template, compare_bundles, args.artifacts, "base"
-        )
-        result["steady_compare"] = steady_phase(
-            kube, server, url, work, args, template, compare_bundles, args.artifacts * 2, "compare"
-        )
-        result["failover"] = failover_phase(kube, url, work, args, template)
-        result["watch"] = watch_phase(kube, url, work, args)
-    result["probe_cost"] = probe_cost_phase()
+        if "steady" in phases and template is not None:
+            result["steady"] = steady_phase(
+                kube, server, url, work, args, template, args.bundles, args.artifacts, "steady"
+            )
+            result["steady_base"] = steady_phase(
+                kube, server, url, work, args, template, compare_bundles, args.artifacts, "base"
+            )
+            result["steady_compare"] = steady_phase(
+                kube,
+                server,
+                url,
+                work,
+                args,
+                template,
+                compare_bundles,
+                args.artifacts * 2,
+                "compare",
+            )
+        if "failover" in phases and template is not None:
+            result["failover"] = failover_phase(kube, url, work, args, template)
+        if "watch" in phases:
+            result["watch"] = watch_phase(kube, url, work, args)
+    if "cost" in phases:
+        result["probe_cost"] = probe_cost_phase()
     rows = targets(result)
     print_table(rows, ["measure", "measured", "target", "result"], title="Operator benchmark")
     path = write_json(
