@@ -101,6 +101,7 @@ RESULT_LOG_LIMIT = 64 * 1024 * 1024
 RESULT_LINE_LIMIT = 32 * 1024 * 1024
 #: Lines of a failed probe's log quoted in its message.
 FAILURE_TAIL_LINES = 20
+FAILURE_TAIL_BYTES = 1024 * 1024
 #: Failures that say nothing about the artifact: the Job is deleted so a later pass retries
 #: (after the bundle's back-off for that artifact).
 TRANSIENT = {
@@ -474,7 +475,8 @@ class JobProber:
                 self.bundle.namespace,
                 name,
                 PROBE_CONTAINER,
-                limit_bytes=64 * 1024,
+                # The apiserver cuts the tail's start at the limit: room for 20 long lines.
+                limit_bytes=FAILURE_TAIL_BYTES,
                 tail_lines=FAILURE_TAIL_LINES,
             )
         except KubeApiError as exc:
