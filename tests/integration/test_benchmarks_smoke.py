@@ -143,6 +143,7 @@ def test_sources_benchmark_runs(tmp_path: Path) -> None:
 
 
 @pytest.mark.kube
+@pytest.mark.timeout(600)  # the benchmark's own bound (run_benchmark); it has six phases
 def test_operator_benchmark_runs(tmp_path: Path) -> None:
     document = run_benchmark(
         "operator",
