@@ -8,6 +8,7 @@ numbers they produce are easy to check by eye in the JSON.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -157,6 +158,68 @@ def request_delta(
         for key in after
         if after[key] - before.get(key, 0.0) > 0
     }
+
+
+# --- the apiserver's audit log: requests of one user ---------------------------------------------
+
+#: An audit policy that records one user's requests (metadata only) and nothing else.
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+  - level: Metadata
+    users: ["{user}"]
+  - level: None
+"""
+
+
+def audit_args(folder: Path, user: str = OPERATOR_USER) -> list[str]:
+    """kube-apiserver flags writing ``user``'s requests to ``folder/audit.log``: the
+    apiserver's own count of what one client asked, watches told apart from the rest."""
+    folder.mkdir(parents=True, exist_ok=True)
+    policy = folder / "audit-policy.yaml"
+    policy.write_text(AUDIT_POLICY.format(user=user))
+    return [
+        f"--audit-policy-file={policy}",
+        f"--audit-log-path={folder / 'audit.log'}",
+        "--audit-log-format=json",
+        "--audit-log-mode=blocking",
+        "--audit-log-maxsize=1024",
+    ]
+
+
+@dataclass
+class AuditCounter:
+    """Counts the audited requests written after :meth:`mark` (one JSON event a line)."""
+
+    path: Path
+    offset: int = 0
+
+    def mark(self) -> None:
+        self.offset = self.path.stat().st_size if self.path.exists() else 0
+
+    def requests(self, namespace: str) -> dict[tuple[str, str], int]:
+        """``(verb, resource[/subresource]) -> count`` in ``namespace`` since the mark."""
+        counts: dict[tuple[str, str], int] = {}
+        if not self.path.exists():
+            return counts
+        with self.path.open("rb") as handle:
+            handle.seek(self.offset)
+            for raw in handle:
+                try:
+                    event = json.loads(raw)
+                except ValueError:
+                    continue  # a line being written
+                ref = event.get("objectRef") or {}
+                if ref.get("namespace") != namespace or event.get("stage") != "ResponseComplete":
+                    continue
+                resource = str(ref.get("resource") or "")
+                if ref.get("subresource"):
+                    resource += "/" + str(ref["subresource"])
+                key = (str(event.get("verb") or ""), resource)
+                counts[key] = counts.get(key, 0) + 1
+        return counts
 
 
 # --- probe Jobs, watched -------------------------------------------------------------------------
@@ -310,6 +373,9 @@ def chart_operator(
     """
     workdir.mkdir(parents=True, exist_ok=True)
     ports = HostPorts(artifact_server=free_port(), metrics=free_port(), health=free_port())
+    # The benchmarks' volume bundles live in <work>/volumes (a host folder here, a mounted
+    # claim in a cluster): the one folder volume sources may read.
+    volumes = workdir.parent / "volumes"
     values = process_node_values(
         ports,
         database_secret="bench-database",
@@ -319,6 +385,7 @@ def chart_operator(
             f"probe.parallelism={parallelism}",
             f"probe.runtimeImages.typescript.repository={NODE_IMAGE.rsplit(':', 1)[0]}",
             f"probe.runtimeImages.typescript.tag={NODE_IMAGE.rsplit(':', 1)[1]}",
+            f"volumeSources.roots={{{volumes}}}",
         ),
     )
     container = chart_container("bench", namespace, values, cluster.bins["helm"])
@@ -376,10 +443,12 @@ def handler_spec(dag_id: str, task_ids: Sequence[str]) -> dict[str, list[dict[st
     return {dag_id: [{"task_id": t, "binding": "named", "params": []} for t in task_ids]}
 
 
-def typescript_artifact(spec: Mapping[str, Any]) -> bytes:
+def typescript_artifact(
+    spec: Mapping[str, Any], mode: str = "ok", options: Mapping[str, Any] | None = None
+) -> bytes:
     """A packed TypeScript test runtime declaring ``spec`` (no toolchain needed to build it)."""
     return pack_typescript_bundle(
-        typescript_code(dict(spec), "ok"), sources={"runtime.mjs": _TS_SOURCE.read_bytes()}
+        typescript_code(dict(spec), mode, options), sources={"runtime.mjs": _TS_SOURCE.read_bytes()}
     )
 
 

@@ -27,6 +27,12 @@ One run measures, each against a baseline measured in the same run where one app
   ``taskhandler_operator_reconcile_duration_seconds_count``;
 * **failover**: two replicas; SIGKILL of the leader; the time until the standby holds the Lease
   and has finished a reconcile pass (its own metrics), against the Lease duration + 5 s.
+* **probe Jobs followed by watches**: ``--watch-probes`` artifacts probed at once, each writing
+  ``--watch-log-mib`` MiB into its container log (the TypeScript runtime's ``big-log`` mode,
+  past the probe driver's relay budget) and answering after ``--watch-seconds``: the operator's
+  requests on Jobs, pods and logs per running Job per minute, from the apiserver's audit log of
+  the operator's user (watches apart; target: at most 2), and the operator's peak RSS (VmHWM)
+  before and after the probes.
 
 Setting the numbers up. Probing 1,000 × 20 artifacts once would take hours on a small machine
 and measures nothing of the steady state, so the steady-state bundles' answers are recorded
@@ -74,10 +80,12 @@ import sqlalchemy as sa
 
 from benchmarks._operator_env import (
     WRITE_VERBS,
+    AuditCounter,
     JobWatcher,
     OperatorProcess,
     admin_api,
     apiserver_requests,
+    audit_args,
     bundle_manifest,
     bundle_status,
     chart_operator,
@@ -99,7 +107,11 @@ from taskhandler_operator.db.known_artifacts import load_known_artifacts
 from taskhandler_operator.db.migrate import upgrade
 from taskhandler_operator.db.writer import record_artifacts
 from taskhandler_operator.devenv.kubecluster.bins import REPO_ROOT, ensure_bins
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster, start_cluster
+from taskhandler_operator.devenv.kubecluster.control_plane import (
+    ControlPlaneOptions,
+    KubeCluster,
+    start_cluster,
+)
 from taskhandler_operator.devenv.operator_process import apply_all, request_reconcile
 from taskhandler_operator.devenv.postgres import (
     AirflowCli,
@@ -121,12 +133,17 @@ TARGET_CHANGE_EXTRA_S = 2.0
 TARGET_CPU_MS = 20.0
 TARGET_RSS_MIB = 300.0
 FAILOVER_GRACE_S = 5.0
+#: Requests on Jobs, pods and logs per running probe Job per minute, besides the watches.
+TARGET_JOB_REQUESTS_PER_MINUTE = 2.0
+#: Resources whose requests a probe Job costs.
+_JOB_RESOURCES = frozenset({"jobs", "pods", "pods/log", "jobs/status", "pods/status"})
 TEMPLATE_DAG = "benchdagtemplate"
 TEMPLATE_TASK = "benchtasktemplate"
 WAIT = 900.0
 #: Probes of one artifact the probe Job time is the median of.
 BASELINE_PROBES = 5
 DATABASE = "operator_bench"
+ALL_PHASES = "probe,steady,failover,watch,cost"
 
 
 # --- set-up ---------------------------------------------------------------------------------
@@ -158,9 +175,11 @@ def postgres() -> Iterator[tuple[PostgresServer, str]]:
 
 
 @contextmanager
-def cluster() -> Iterator[KubeCluster]:
+def cluster(work: Path) -> Iterator[KubeCluster]:
     log("starting the control plane and the process node")
-    kube = start_cluster(ensure_bins())
+    # The apiserver audits the operator's user only: its requests, counted by the server.
+    options = ControlPlaneOptions(extra_apiserver_args=audit_args(work / "audit"))
+    kube = start_cluster(ensure_bins(), options)
     try:
         kube.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / names.CRD_FILE))
         kube.kubectl(
@@ -604,6 +623,72 @@ def failover_phase(
     return {"seconds": round(seconds, 2), "lease_duration_seconds": lease}
 
 
+# --- probe Jobs followed by watches -------------------------------------------------------------
+
+
+def watch_phase(
+    kube: KubeCluster, url: str, work: Path, args: argparse.Namespace
+) -> dict[str, Any]:
+    """``--watch-probes`` probes at once, each logging ``--watch-log-mib`` MiB and answering after
+    ``--watch-seconds``: the operator's requests per running Job per minute (audit log) and its
+    peak RSS before and after."""
+    namespace = f"bench-watch-{uuid.uuid4().hex[:6]}"
+    make_namespace(kube, namespace)
+    api = admin_api(kube)
+    jobs = JobWatcher(api, namespace).start()
+    count = args.watch_probes
+    tasks = [f"w{i}" for i in range(count)]
+    seed_dags(url, {"bench_watch": ("watch", tasks)})
+    folder = work / "volumes" / "watch"
+    options = {"log_mib": args.watch_log_mib, "answer_after_ms": int(args.watch_seconds * 1000)}
+    for i, task in enumerate(tasks):
+        data = typescript_artifact(handler_spec("bench_watch", [task]), "big-log", options)
+        write_world_readable(folder / f"w{i:02d}.min.mjs", data)
+    audit = AuditCounter(work / "audit" / "audit.log")
+    op = chart_operator(kube, namespace, url, work / "watch-operator", parallelism=count)
+    try:
+        op.start()
+        wait_until("the operator's metrics", lambda: op.metrics() is not None, 120, 0.2)
+        time.sleep(3)  # its watches are established and its start-up allocations done
+        rss_before = op.peak_rss_mib()
+        audit.mark()
+        since = time.monotonic()
+        manifest = bundle_manifest(
+            namespace, "watch", {"volume": {"path": str(folder)}}, parallelism=count
+        )
+        apply_all(kube, [manifest])
+        wait_ready(api, namespace, "watch", op)
+        time.sleep(2)  # the audit log is written as requests complete
+        rss_after = op.peak_rss_mib()
+        requests = audit.requests(namespace)
+    finally:
+        op.stop()
+        jobs.stop()
+        api.close()
+    durations = jobs.durations(since=since)
+    job_minutes = sum(durations) / 60.0
+    ours = {k: v for k, v in requests.items() if k[1] in _JOB_RESOURCES and k[0] != "watch"}
+    total = sum(ours.values())
+    log(
+        f"watch: {len(durations)} Jobs, {job_minutes:.2f} Job-minutes, {total} requests "
+        f"({ours}); RSS {rss_before:.0f} -> {rss_after:.0f} MiB"
+    )
+    return {
+        "namespace": namespace,
+        "probes": count,
+        "log_mib": args.watch_log_mib,
+        "answer_after_seconds": args.watch_seconds,
+        "jobs": len(durations),
+        "job_minutes": round(job_minutes, 3),
+        "job_requests": {f"{v} {r}": n for (v, r), n in sorted(ours.items())},
+        "requests_all_kinds": {f"{v} {r}": n for (v, r), n in sorted(requests.items())},
+        "job_requests_per_job": round(total / max(len(durations), 1), 2),
+        "job_requests_per_job_minute": round(total / job_minutes, 2) if job_minutes else None,
+        "peak_rss_mib_before": round(rss_before, 1),
+        "peak_rss_mib_after": round(rss_after, 1),
+    }
+
+
 # --- one probe's own cost ----------------------------------------------------------------------
 
 
@@ -630,12 +715,23 @@ def verdict(ok: bool) -> str:
 
 
 def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
-    probe = result["probe"]
+    """The table's rows, for the phases that ran (``--phases``)."""
+    rows: list[dict[str, Any]] = []
+    if "probe" in result:
+        rows += _probe_rows(result["probe"])
+    if "steady" in result:
+        rows += _steady_rows(result)
+    if "failover" in result:
+        rows += _failover_rows(result["failover"])
+    if "watch" in result:
+        rows += _watch_rows(result["watch"])
+    return rows + _cost_rows(result)
+
+
+def _probe_rows(probe: dict[str, Any]) -> list[dict[str, Any]]:
     cold, change = probe["cold_start"], probe["change"]
-    steady, compare = result["steady"], result["steady_compare"]
-    failover = result["failover"]
     job_s = probe["probe_job_seconds"]
-    rows = [
+    return [
         {
             "measure": "probe Job time (baseline)",
             "measured": f"{job_s:.2f} s",
@@ -661,7 +757,11 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             "result": verdict(change["seconds"] <= job_s + TARGET_CHANGE_EXTRA_S),
         },
     ]
-    base = result["steady_base"]
+
+
+def _steady_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    steady, base, compare = result["steady"], result["steady_base"], result["steady_compare"]
+    rows: list[dict[str, Any]] = []
     for s in (steady, base, compare):
         scale = f"{s['bundles']} x {s['artifacts_per_bundle']}"
         rows += [
@@ -712,15 +812,55 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             "result": verdict(abs(a - b) <= 0.1 * max(a, b, 1.0)),
         }
     )
+    return rows
+
+
+def _failover_rows(failover: dict[str, Any]) -> list[dict[str, Any]]:
     limit = failover["lease_duration_seconds"] + FAILOVER_GRACE_S
-    rows.append(
+    return [
         {
             "measure": "failover (SIGKILL of the leader to the standby reconciling)",
             "measured": f"{failover['seconds']:.1f} s",
             "target": f"<= {limit:g} s (lease + {FAILOVER_GRACE_S:g} s)",
             "result": verdict(failover["seconds"] <= limit),
         }
-    )
+    ]
+
+
+def _watch_rows(watch: dict[str, Any]) -> list[dict[str, Any]]:
+    rate = watch["job_requests_per_job_minute"]
+    return [
+        {
+            "measure": (
+                "apiserver requests per running probe Job per minute "
+                f"({watch['probes']} Jobs of {watch['answer_after_seconds']:g} s, "
+                "watches apart)"
+            ),
+            "measured": (
+                f"{rate:.2f} ({watch['job_requests_per_job']:.1f} per Job)"
+                if rate is not None
+                else "no Job seen"
+            ),
+            "target": f"<= {TARGET_JOB_REQUESTS_PER_MINUTE:g}",
+            "result": verdict(rate is not None and rate <= TARGET_JOB_REQUESTS_PER_MINUTE),
+        },
+        {
+            "measure": (
+                f"operator peak RSS, {watch['probes']} concurrent probes of "
+                f"{watch['log_mib']} MiB logs"
+            ),
+            "measured": (
+                f"{watch['peak_rss_mib_after']:.0f} MiB (before the probes "
+                f"{watch['peak_rss_mib_before']:.0f} MiB)"
+            ),
+            "target": f"<= {TARGET_RSS_MIB:g} MiB",
+            "result": verdict(watch["peak_rss_mib_after"] <= TARGET_RSS_MIB),
+        },
+    ]
+
+
+def _cost_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
     for language, cost in result.get("probe_cost", {}).items():
         for command in ("probe", "fetch"):
             row = cost[command]
@@ -761,6 +901,18 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="wait before the window (s); default: one interval with its jitter, plus 10 s",
     )
+    parser.add_argument("--watch-probes", type=int, default=8, help="probes followed at once")
+    parser.add_argument(
+        "--watch-log-mib", type=int, default=32, help="MiB each of those probes logs"
+    )
+    parser.add_argument(
+        "--watch-seconds", type=float, default=60.0, help="seconds each of them runs"
+    )
+    parser.add_argument(
+        "--phases",
+        default=ALL_PHASES,
+        help=f"comma-separated phases to run (default: all, {ALL_PHASES})",
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="scratch folder")
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -772,23 +924,40 @@ def main(argv: list[str] | None = None) -> int:
         if args.workdir is None:
             stack.callback(shutil.rmtree, work, True)
         server, url = stack.enter_context(postgres())
-        kube = stack.enter_context(cluster())
+        kube = stack.enter_context(cluster(work))
         result: dict[str, Any] = {}
-        probe = probe_phase(kube, url, work, args)
-        template = probe.pop("template")
-        result["probe"] = probe
+        phases = set(args.phases.split(","))
+        template: TaskHandlerArtifact | None = None
+        if phases & {"probe", "steady", "failover"}:
+            # The steady state's rows and the failover's are made from the probe's answer.
+            probe = probe_phase(kube, url, work, args)
+            template = probe.pop("template")
+            result["probe"] = probe
         compare_bundles = max(2, args.bundles // 10)
-        result["steady"] = steady_phase(
-            kube, server, url, work, args, template, args.bundles, args.artifacts, "steady"
-        )
-        result["steady_base"] = steady_phase(
-            kube, server, url, work, args, template, compare_bundles, args.artifacts, "base"
-        )
-        result["steady_compare"] = steady_phase(
-            kube, server, url, work, args, template, compare_bundles, args.artifacts * 2, "compare"
-        )
-        result["failover"] = failover_phase(kube, url, work, args, template)
-    result["probe_cost"] = probe_cost_phase()
+        if "steady" in phases and template is not None:
+            result["steady"] = steady_phase(
+                kube, server, url, work, args, template, args.bundles, args.artifacts, "steady"
+            )
+            result["steady_base"] = steady_phase(
+                kube, server, url, work, args, template, compare_bundles, args.artifacts, "base"
+            )
+            result["steady_compare"] = steady_phase(
+                kube,
+                server,
+                url,
+                work,
+                args,
+                template,
+                compare_bundles,
+                args.artifacts * 2,
+                "compare",
+            )
+        if "failover" in phases and template is not None:
+            result["failover"] = failover_phase(kube, url, work, args, template)
+        if "watch" in phases:
+            result["watch"] = watch_phase(kube, url, work, args)
+    if "cost" in phases:
+        result["probe_cost"] = probe_cost_phase()
     rows = targets(result)
     print_table(rows, ["measure", "measured", "target", "result"], title="Operator benchmark")
     path = write_json(
@@ -801,6 +970,9 @@ def main(argv: list[str] | None = None) -> int:
                 "parallelism": args.parallelism,
                 "interval": args.interval,
                 "window_seconds": args.window,
+                "watch_probes": args.watch_probes,
+                "watch_log_mib": args.watch_log_mib,
+                "watch_seconds": args.watch_seconds,
             },
             "machine_info": machine(),
             "run_seconds": round(time.monotonic() - started, 1),

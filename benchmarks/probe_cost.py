@@ -188,14 +188,16 @@ from pathlib import Path
 from taskhandler_operator.sources.server import ArtifactServer
 from taskhandler_operator.sources.spec import SourceSpec
 from taskhandler_operator.sources.store import RevisionStore
+from taskhandler_operator.sources.access import VolumeAccess
 from taskhandler_operator.sources.sync import sync
 
 async def main() -> None:
     store = RevisionStore(Path(sys.argv[1]))
     await store.open()
     source = SourceSpec.model_validate({"volume": {"path": sys.argv[2]}})
+    volumes = VolumeAccess.for_operator([Path(sys.argv[2])], store=store.root)
     revision = await sync(source, None, store, namespace=sys.argv[3], bundle=sys.argv[4],
-                          timeout=600)
+                          timeout=600, volumes=volumes)
     server = ArtifactServer(store, bytes.fromhex(sys.argv[5]))
     await server.start()
     items = [await server.manifest_entry(sys.argv[3], sys.argv[4], revision.id, rel, 3600)

@@ -42,6 +42,7 @@ from typing import Any
 from benchmarks._report import print_table, ratio, write_json
 from taskhandler_operator.devenv.git_server import HttpServer, make_repo, start_http_server
 from taskhandler_operator.devenv.s3_server import S3Server, start_s3_server
+from taskhandler_operator.sources.access import VolumeAccess
 from taskhandler_operator.sources.models import Revision
 from taskhandler_operator.sources.spec import SourceSpec
 from taskhandler_operator.sources.store import RevisionStore
@@ -76,9 +77,11 @@ def _warm_up() -> None:
 
 
 async def _sync(store: RevisionStore, source: dict[str, Any], creds: Any, bundle: str) -> Revision:
+    # Volume folders are made next to the store: their common parent is the allowed root.
+    volumes = VolumeAccess.for_operator([store.root.parent], store=store.root)
     return await sync(
         SourceSpec.model_validate(source), creds, store, namespace=NAMESPACE, bundle=bundle,
-        timeout=600,
+        timeout=600, volumes=volumes,
     )  # fmt: skip
 
 

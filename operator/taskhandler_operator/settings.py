@@ -143,6 +143,11 @@ class Settings(BaseSettings):
         description="folder holding synced source revisions",
     )
     revisions_kept: int = Field(default=3, ge=1, description="revisions kept per bundle")
+    volume_roots: Annotated[tuple[Path, ...], NoDecode] = Field(
+        default=(),
+        description="folders volume sources may read below, comma-separated absolute paths; "
+        "empty (the default) refuses every volume source",
+    )
     artifact_server_bind: str = Field(
         default="0.0.0.0:8090",
         pattern=r"^[^\s:]*:\d{1,5}$",
@@ -172,10 +177,40 @@ class Settings(BaseSettings):
     )
     metrics_port: Port = Field(default=8080, description="Prometheus metrics port")
     health_port: Port = Field(default=8081, description="liveness/readiness probe port")
+    liveness_event_loop_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="/healthz fails when the event loop has not run its 1 s ticker for this long",
+    )
+    liveness_election_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="/healthz fails when the leader election loop has not ticked for this long",
+    )
+    liveness_inventory_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description="/healthz fails when the stub-inventory poller has not polled for this long",
+    )
+    liveness_pass_seconds: float = Field(
+        default=10800.0,
+        gt=0,
+        description="/healthz fails when one bundle's pass has run this long (a stuck "
+        "reconciler; a bundle that sleeps between passes never counts)",
+    )
     log_format: LogFormat = Field(default="json", description="json or text")
     log_level: LogLevel = Field(default="info", description="debug, info, warning or error")
 
     _split_namespaces = field_validator("namespaces", mode="before")(_split_list)
+    _split_volume_roots = field_validator("volume_roots", mode="before")(_split_list)
+
+    @field_validator("volume_roots")
+    @classmethod
+    def _absolute_roots(cls, roots: tuple[Path, ...]) -> tuple[Path, ...]:
+        for root in roots:
+            if not root.is_absolute():
+                raise ValueError(f"{str(root)!r} is not an absolute path")
+        return roots
 
     def resolved_database_url(self) -> str | None:
         """The database URL from ``database_url`` or the file ``database_url_file``; None when

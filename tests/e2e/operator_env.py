@@ -127,10 +127,11 @@ def run_command(
 
 
 def start_operator(
-    cluster: KubeCluster, namespaces: Sequence[str], database: str, workdir: Path
+    cluster: KubeCluster, namespaces: Sequence[str], database: str, workdir: Path, **extra: str
 ) -> Operator:
-    """``taskhandler-operator run`` watching ``namespaces`` (the Lease in the first)."""
-    command = run_command(cluster, OPERATOR_USER, namespaces, database, workdir)
+    """``taskhandler-operator run`` watching ``namespaces`` (the Lease in the first); ``extra``
+    adds or overrides ``THOP_*`` variables."""
+    command = run_command(cluster, OPERATOR_USER, namespaces, database, workdir, **extra)
     log = workdir / "operator.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(command.argv, env=command.env, stdout=out, stderr=subprocess.STDOUT)

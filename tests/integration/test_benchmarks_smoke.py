@@ -143,11 +143,13 @@ def test_sources_benchmark_runs(tmp_path: Path) -> None:
 
 
 @pytest.mark.kube
+@pytest.mark.timeout(600)  # the benchmark's own bound (run_benchmark); it has six phases
 def test_operator_benchmark_runs(tmp_path: Path) -> None:
     document = run_benchmark(
         "operator",
         *("--bundles", "3", "--artifacts", "2", "--cold-artifacts", "4", "--parallelism", "2"),
         *("--interval", "10s", "--window", "15", "--settle", "2", "--workdir", str(tmp_path)),
+        *("--watch-probes", "2", "--watch-log-mib", "2", "--watch-seconds", "3"),
         results=tmp_path / "results",
     )
     # Shape only: every target has a verdict, and the steady state probed nothing.
@@ -166,3 +168,11 @@ def test_operator_benchmark_runs(tmp_path: Path) -> None:
     assert any(str(row["measure"]).startswith("SQL statements per pass") for row in targets)
     cold = document["probe"]
     assert isinstance(cold, dict) and cold["cold_start"]["jobs"] == 4
+    # Probe Jobs followed by watches: both Jobs seen, the operator's own requests counted by the
+    # apiserver's audit log (a create and a log read each at least), RSS read before and after.
+    watch = document["watch"]
+    assert isinstance(watch, dict) and watch["probes"] == watch["jobs"] == 2
+    requests = watch["job_requests"]
+    assert requests.get("create jobs") == 2 and requests.get("get pods/log", 0) >= 2
+    assert watch["peak_rss_mib_after"] >= watch["peak_rss_mib_before"] > 0
+    assert any(str(row["measure"]).startswith("apiserver requests per running") for row in targets)

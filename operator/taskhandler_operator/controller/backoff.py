@@ -165,11 +165,13 @@ class Wakeup:
 
 
 class Wakeups:
-    """The :class:`Wakeup` of every bundle, keyed by (namespace, name).
+    """The :class:`Wakeup` of every running reconciler, keyed by (namespace, name).
 
-    ``wake`` creates the entry when the reconciler has not started yet (kopf may deliver a
-    create event before the daemon runs), so that first wake-up is not lost. The reconciler
-    calls :meth:`discard` when it exits.
+    The reconciler creates its entry with :meth:`get` when it starts and removes it with
+    :meth:`discard` when it exits. :meth:`wake` never creates one: a reconciler that has not
+    started yet begins with a pass of the object as it is then, so an earlier wake-up has
+    nothing to add, and one for a bundle that is gone (its deletion, a late Job event) would
+    otherwise leave an entry behind for good.
     """
 
     def __init__(self) -> None:
@@ -179,7 +181,9 @@ class Wakeups:
         return self._by_bundle.setdefault((namespace, name), Wakeup())
 
     def wake(self, namespace: str, name: str, reason: str) -> None:
-        self.get(namespace, name).wake(reason)
+        wakeup = self._by_bundle.get((namespace, name))
+        if wakeup is not None:
+            wakeup.wake(reason)
 
     def wake_all(self, reason: str) -> None:
         for wakeup in self._by_bundle.values():
@@ -222,6 +226,11 @@ class JobSlots:
     @property
     def available(self) -> int:
         return max(self.capacity - self.in_use, 0)
+
+    @property
+    def bundles(self) -> int:
+        """Bundles holding a slot or waiting for one."""
+        return len(self._held.keys() | self._waiting.keys())
 
     def held(self, bundle: BundleKey) -> frozenset[str]:
         return frozenset(self._held.get(bundle, ()))

@@ -258,6 +258,7 @@ async def _reconcile(
         inputs.name,
         spec.source,
         timeout=parse_duration(spec.timeout).total_seconds(),
+        volumes=runtime.volumes,
     )
     prober = JobProber(
         kube=runtime.kube,
@@ -528,8 +529,9 @@ async def run_bundle(
             wakeup.collect()
             # The pass's inputs and report live in _one_pass's frame only, so nothing of them
             # outlives the pass: this coroutine sleeps for most of its life, once per bundle.
-            sleep = await _one_pass(get_body, runtime, memory, rand)
-            runtime.reconciler_heartbeat.beat()
+            # Liveness counts a pass that never ends, never the sleep between passes.
+            with runtime.reconciler_heartbeat.busy((namespace, name)):
+                sleep = await _one_pass(get_body, runtime, memory, rand)
             if stopped():
                 return
             reasons = await wakeup.sleep_or_wake(sleep)
@@ -539,6 +541,10 @@ async def run_bundle(
         runtime.wakeups.discard(namespace, name)
         runtime.poller.forget((namespace, name))
         runtime.slots.forget((namespace, name))
+        if (get_body().get("metadata") or {}).get("deletionTimestamp"):
+            # kopf runs the deletion handler while this loop winds down: a pass that was still
+            # running may have written a revision, a metric or an Event after it.
+            await _forget_bundle(runtime, namespace, name)
 
 
 def _object_name(body: Mapping[str, Any]) -> tuple[str, str]:
@@ -653,9 +659,7 @@ async def delete_bundle(inputs: BundleInputs, runtime: OperatorRuntime) -> str:
             )
             await _post_deletion_event(inputs, runtime, EventReason.CLEANUP_FAILED, note)
             raise
-    await runtime.revisions.delete_bundle(inputs.namespace, inputs.name)
-    runtime.metrics.remove_bundle(inputs.namespace, inputs.name)
-    runtime.kube.forget_events(inputs.namespace, inputs.name)
+    await _forget_bundle(runtime, inputs.namespace, inputs.name)
     runtime.wakeups.wake(inputs.namespace, inputs.name, "deleted")
     # A claim was released: a bundle stalled on it may take over now.
     runtime.wakeups.wake_all(f"{inputs.namespace}/{inputs.name} was deleted")
@@ -682,3 +686,11 @@ async def _post_deletion_event(
         )
     except (KubeApiError, ValueError) as exc:
         log.info("cannot post Event %s: %s", reason, exc)
+
+
+async def _forget_bundle(runtime: OperatorRuntime, namespace: str, name: str) -> None:
+    """Drop what the operator keeps of a deleted bundle: its revisions (and its use of git
+    mirrors), its metrics' series, its Events' dedupe memory. Idempotent."""
+    await runtime.revisions.delete_bundle(namespace, name)
+    runtime.metrics.remove_bundle(namespace, name)
+    runtime.kube.forget_events(namespace, name)

@@ -212,7 +212,7 @@ async def _main(
     metrics = Metrics()
     health = HealthState()
     election = ElectionConfig(namespace=lease_namespace, name=args.lease_name)
-    elector_beat = health.add(Heartbeat("leader-election", 60.0))
+    elector_beat = health.add(Heartbeat("leader-election", settings.liveness_election_seconds))
     elector = LeaderElector.on_client(
         api_client, election, on_tick=elector_beat.beat, on_leading=metrics.set_leader
     )

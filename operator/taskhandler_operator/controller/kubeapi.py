@@ -56,6 +56,7 @@ REPORTING_CONTROLLER = "taskhandler-operator"
 FIELD_MANAGER = "taskhandler-operator"
 _MANAGER: list[tuple[str, Any]] = [("fieldManager", FIELD_MANAGER)]  # names our writes
 DEFAULT_LOG_LIMIT = 256 * 1024
+STREAM_CHUNK = 64 * 1024
 EVENT_NOTE_LIMIT = 1024  # events.k8s.io/v1 refuses a longer note
 EVENT_FIELD_LIMIT = 128  # reason, action, reportingInstance
 
@@ -217,6 +218,7 @@ class KubeApi:
         event_dedupe_size: int = 4096,
         clock: Callable[[], float] = time.monotonic,
         thread_name: str = "kubeapi",
+        stream_workers: int = 4,
     ) -> None:
         if max_workers < 1:
             raise ValueError(f"max_workers must be at least 1, got {max_workers}")
@@ -225,6 +227,11 @@ class KubeApi:
         self.reporting_instance = reporting_instance[:EVENT_FIELD_LIMIT]
         self.redactor = redactor
         self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=thread_name)
+        # Log streams hold a thread for as long as a log takes to read: their own pool, so
+        # status writes and Events never queue behind them.
+        self._streams = ThreadPoolExecutor(
+            max_workers=max(1, stream_workers), thread_name_prefix=f"{thread_name}-logs"
+        )
         # Events: (object, type, reason, note) -> when posted. The apiserver keeps Events for an
         # hour by default, so within that window the earlier Event is still on the object.
         self._posted: OrderedDict[tuple[str, ...], float] = OrderedDict()
@@ -235,14 +242,18 @@ class KubeApi:
 
     async def aclose(self) -> None:
         """Stop the executor (waiting for calls in flight); the ApiClient stays the caller's."""
-        await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self._executor.shutdown)
+        await loop.run_in_executor(None, self._streams.shutdown)
 
     # --- transport ---------------------------------------------------------------------------
 
-    async def _run(self, func: Callable[[], T]) -> T:
+    async def _run(self, func: Callable[[], T], executor: ThreadPoolExecutor | None = None) -> T:
         loop = asyncio.get_running_loop()
         context = contextvars.copy_context()
-        return await loop.run_in_executor(self._executor, functools.partial(context.run, func))
+        return await loop.run_in_executor(
+            executor or self._executor, functools.partial(context.run, func)
+        )
 
     def _send(
         self,
@@ -252,10 +263,14 @@ class KubeApi:
         query: list[tuple[str, Any]] | None = None,
         body: Any = None,
         content_type: str = "application/json",
-        timeout: float | None = None,
+        timeout: float | tuple[float, float] | None = None,
         read_limit: int | None = None,
+        consume: Callable[[bytes], None] | None = None,
     ) -> bytes:
-        """One HTTP request in this thread; the response body, or ApiException for non-2xx."""
+        """One HTTP request in this thread; the response body, or ApiException for non-2xx.
+
+        With ``consume``, the body (at most ``read_limit`` bytes) is handed to it in chunks as
+        it arrives and not kept: the return value is then empty."""
         headers = {"Accept": "application/json, */*", "Content-Type": content_type}
         method, url, headers, serialized, _ = self.api_client.param_serialize(
             method=method,
@@ -282,6 +297,17 @@ class KubeApi:
                     reason=response.reason,
                     body=data.decode("utf-8", "replace"),
                 )
+            if consume is not None:
+                left = read_limit
+                while left is None or left > 0:
+                    chunk = raw.read(STREAM_CHUNK if left is None else min(STREAM_CHUNK, left))
+                    if not chunk:
+                        complete = True
+                        break
+                    consume(bytes(chunk))
+                    if left is not None:
+                        left -= len(chunk)
+                return b""
             if read_limit is None:
                 data = raw.read()
                 complete = True
@@ -454,6 +480,46 @@ class KubeApi:
         truncated = len(data) > limit_bytes
         return LogText(data[:limit_bytes].decode("utf-8", "replace"), truncated)
 
+    async def stream_container_log(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        consume: Callable[[bytes], None],
+        *,
+        limit_bytes: int,
+    ) -> int:
+        """Read a container's log once, handing it to ``consume`` in chunks (in a worker thread)
+        without keeping it: memory stays one chunk whatever the log's size. At most
+        ``limit_bytes`` are read; returns how many were."""
+        if limit_bytes < 1:
+            raise ValueError(f"limit_bytes must be at least 1, got {limit_bytes}")
+        read = 0
+
+        def counted(chunk: bytes) -> None:
+            nonlocal read
+            read += len(chunk)
+            consume(chunk)
+
+        query: list[tuple[str, Any]] = [("container", container), ("limitBytes", limit_bytes)]
+        path = f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(pod)}/log"
+        what = f"read log of {namespace}/{pod} container {container}"
+        send = functools.partial(
+            self._send,
+            "GET",
+            path,
+            query=query,
+            read_limit=limit_bytes,
+            consume=counted,
+            # A big log takes a while: (connect, read) bounds each read, not the whole stream.
+            timeout=(self.request_timeout, self.request_timeout),
+        )
+        try:
+            await self._run(send, self._streams)
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            raise classify(what, exc) from exc
+        return read
+
     # --- Secrets -------------------------------------------------------------------------------
 
     async def read_secret(self, namespace: str, name: str) -> dict[str, bytes]:
@@ -562,6 +628,11 @@ class KubeApi:
             if self._posted.get(key) == now:
                 del self._posted[key]
             raise
+
+    @property
+    def events_remembered(self) -> int:
+        """Events in the dedupe memory (bounded; a deleted object's go at once)."""
+        return len(self._posted)
 
     def forget_events(self, namespace: str, name: str) -> None:
         """Drop the dedupe memory of a deleted object."""

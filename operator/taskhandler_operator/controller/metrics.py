@@ -104,6 +104,13 @@ class Metrics:
             "1 while this replica holds the leader Lease, else 0.",
             registry=r,
         )
+        self.tracked = Gauge(
+            f"{PREFIX}_tracked_entries",
+            "Entries the operator keeps in memory or on disk per bundle or Job, by structure; "
+            "back at the live bundles' count after deletions (a leak shows as growth).",
+            ["structure"],
+            registry=r,
+        )
         self._per_bundle: tuple[Counter | Gauge | Histogram, ...] = (
             self.reconcile_duration,
             self.probes,
@@ -142,6 +149,18 @@ class Metrics:
 
     def set_leader(self, leading: bool) -> None:
         self.leader.set(1 if leading else 0)
+
+    def track(self, structure: str, size: Callable[[], float]) -> None:
+        """Report ``size()`` (read at every scrape) as the tracked entries of ``structure``."""
+        self.tracked.labels(_word("structure", structure)).set_function(size)
+
+    def bundle_series(self) -> int:
+        """Per-bundle time series currently exported (all per-bundle metrics together)."""
+        return sum(
+            len({tuple(sample.labels[k] for k in BUNDLE_LABELS) for sample in family.samples})
+            for metric in self._per_bundle
+            for family in metric.collect()
+        )
 
     def remove_bundle(self, namespace: str, name: str) -> None:
         """Drop every series of a deleted bundle (all outcomes, kinds and sources)."""

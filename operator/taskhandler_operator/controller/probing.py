@@ -5,19 +5,28 @@ For each artifact the pass wants probed, :class:`JobProber`:
 1. signs URLs on the artifact server for the files the probe pod downloads (the artifact; for
    Java every ``*.jar`` of the revision, the bundle's classpath), each with its sha256;
 2. builds the Job with :func:`~taskhandler_operator.kube.probe_job.build_probe_job` (its name
-   is deterministic, so a restarted operator adopts the Job it created before);
+   is deterministic and hashes the pod template, so a restarted operator adopts the Job it
+   created before, and a changed spec gets a new Job);
 3. takes a slot (at most ``probe.parallelism`` Jobs of the bundle, and the operator-wide cap of
-   :class:`~taskhandler_operator.controller.backoff.JobSlots`), creates or adopts the Job;
-4. waits for it to finish, woken by Job events from the watch (:class:`JobSignals`) with a
-   poll as the fallback, reads the probe container's termination message and log, and accepts
-   the result only through :func:`~taskhandler_operator.protocol.summary.accept_result` (the
-   log's result must hash to the summary's sha256); a failed Job becomes a ``ProbeFailed``
-   with :func:`~taskhandler_operator.kube.probe_job.job_outcome`'s reason.
+   :class:`~taskhandler_operator.controller.backoff.JobSlots`), creates the Job or adopts the
+   one of that name, only when it was built from the same template and owner
+   (:func:`~taskhandler_operator.kube.probe_job.adoptable`);
+4. follows it through kopf's watches of probe Jobs and their pods (:class:`JobSignals` reads
+   the two indices the switchboard registers; their events wake the waiting coroutine): no
+   request while it runs, one read of the Job if no event came for :data:`RESYNC_SECONDS`, and
+   one list of its pods only when the Job's end arrives before its pod's;
+5. reads the probe container's termination message (from the pod) and its log once, streamed
+   with a cap, keeping only the result line (:class:`~taskhandler_operator.protocol.summary.
+   ResultScanner`), and accepts the result only when it hashes to the summary's sha256; a
+   failed Job becomes a ``ProbeFailed`` with :func:`~taskhandler_operator.kube.probe_job.
+   job_outcome`'s reason.
 
-A failure that says nothing about the artifact (``retryable``: a fetch that failed, a lost pod)
-is not final: with ``retries`` (the bundle's :class:`~taskhandler_operator.controller.backoff.
-ProbeRetries`) the artifact is probed again only after a capped, jittered back-off, and its
-message says when.
+A failure that says nothing about the artifact (``retryable``: a fetch that failed, a lost pod,
+an apiserver or kubelet that failed while the Job was created or its log read —
+``TransientApiError``) is not final: with ``retries`` (the bundle's :class:`~taskhandler_operator.
+controller.backoff.ProbeRetries`) the artifact is probed again only after a capped, jittered
+back-off, and its message says when. A transient failure keeps the finished Job, so the next
+attempt adopts it and reads its log again rather than probing again.
 
 ``codes`` keeps the CamelCase reason of each failure (the port's ``ProbeFailed`` carries only
 the sentence), for the status' artifact list.
@@ -34,11 +43,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from taskhandler_operator.artifacts.models import Language
 from taskhandler_operator.controller.backoff import BundleKey, JobSlots, ProbeRetries, Waiting
-from taskhandler_operator.controller.kubeapi import KubeApi, KubeApiError, NotFound
+from taskhandler_operator.controller.kubeapi import (
+    ApiUnavailable,
+    KubeApi,
+    KubeApiError,
+    NotFound,
+)
 from taskhandler_operator.controller.metrics import Metrics
 from taskhandler_operator.kube.probe_job import (
     PROBE_CONTAINER,
@@ -50,12 +64,22 @@ from taskhandler_operator.kube.probe_job import (
     ProbePodSettings,
     ProbeTarget,
     active_deadline_seconds,
+    adoptable,
     build_probe_job,
     job_outcome,
+    job_view,
+    pod_settled,
+    pod_view,
+    probe_job_selector,
 )
 from taskhandler_operator.kube.spec import TaskHandlerBundleSpec
 from taskhandler_operator.kube.status import MAX_ITEM_MESSAGE_CHARS, shorten
-from taskhandler_operator.protocol.summary import ResultRejected, accept_result
+from taskhandler_operator.protocol.summary import (
+    ProbeSummary,
+    ResultRejected,
+    ResultScanner,
+    accept_result_line,
+)
 from taskhandler_operator.reconcile.models import ProbeAccepted, ProbeFailed, ProbeRequest
 from taskhandler_operator.sources.server import ArtifactServer
 
@@ -63,10 +87,22 @@ __all__ = ["JobProber", "JobSignals", "waiting_message"]
 
 log = logging.getLogger(__name__)
 
-#: Seconds between reads of a running Job when no watch event arrives (the fallback).
+#: Seconds between reads of a running Job when there is no watch (tests, or before kopf's
+#: indices are attached).
 POLL_SECONDS = 10.0
-#: Largest probe log read (the result is one line of it; limits.py bounds results lower).
-RESULT_LOG_LIMIT = 32 * 1024 * 1024
+#: With the watch: seconds without any event about a running Job after which it is read once
+#: (a safety net; kopf re-establishes broken watches itself).
+RESYNC_SECONDS = 300.0
+#: Seconds a finished Job waits for its pod's end to arrive on the pod watch before the pod is
+#: listed once instead.
+POD_GRACE_SECONDS = 10.0
+#: Most of a probe log read (streamed: only the result line is kept, see RESULT_LINE_LIMIT).
+RESULT_LOG_LIMIT = 64 * 1024 * 1024
+#: Longest result line kept when the summary does not say its size (a result is one frame).
+RESULT_LINE_LIMIT = 32 * 1024 * 1024
+#: Lines of a failed probe's log quoted in its message.
+FAILURE_TAIL_LINES = 20
+FAILURE_TAIL_BYTES = 1024 * 1024
 #: Failures that say nothing about the artifact: the Job is deleted so a later pass retries
 #: (after the bundle's back-off for that artifact).
 TRANSIENT = {
@@ -75,14 +111,54 @@ TRANSIENT = {
     ProbeFailure.FETCH_FAILED.value,
     ProbeFailure.JOB_DELETED.value,
 }
+#: Failures of the operator's own calls, also retried after the back-off; the Job is kept (a
+#: finished one is adopted by the next attempt, which reads it again).
+API_FAILURES = {
+    ProbeFailure.TRANSIENT_API_ERROR.value,
+    ProbeFailure.LOG_UNREADABLE.value,
+    ProbeFailure.JOB_CONFLICT.value,
+}
 
 
 class JobSignals:
-    """Wakes the coroutines waiting for a Job: the watch handler calls :meth:`changed`."""
+    """Probe Jobs as the watch sees them, and the wake-ups of the coroutines waiting for them.
+
+    The switchboard registers kopf indices of probe Jobs (``(namespace, name)`` → a
+    :func:`~taskhandler_operator.kube.probe_job.job_view`) and of their pods (``(namespace,
+    job name)`` → :func:`~taskhandler_operator.kube.probe_job.pod_view`), hands them over with
+    :meth:`attach`, and calls :meth:`changed` on every event of either. Without indices (unit
+    tests) :attr:`watching` is False and the prober polls.
+    """
 
     def __init__(self) -> None:
         self._events: dict[tuple[str, str], asyncio.Event] = {}
         self.freed = asyncio.Event()  # set whenever a probe slot may have freed up
+        self._jobs: Mapping[Any, Any] | None = None
+        self._pods: Mapping[Any, Any] | None = None
+
+    def attach(self, jobs: Mapping[Any, Any], pods: Mapping[Any, Any]) -> None:
+        """kopf's live indices (read-only mappings of key → store of values)."""
+        self._jobs, self._pods = jobs, pods
+
+    @property
+    def watching(self) -> bool:
+        return self._jobs is not None and self._pods is not None
+
+    def job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Job as last seen by the watch, None when the watch has not (or no longer) seen it."""
+        store = (self._jobs or {}).get((namespace, name))
+        return next(iter(store), None) if store else None
+
+    def pod(self, namespace: str, job_name: str) -> dict[str, Any] | None:
+        """The newest pod of the Job as last seen by the watch (with ``backoffLimit: 0`` there
+        is one, unless one was deleted and replaced)."""
+        store = (self._pods or {}).get((namespace, job_name))
+        if not store:
+            return None
+        newest: dict[str, Any] = max(
+            store, key=lambda p: str(p["metadata"].get("creationTimestamp") or "")
+        )
+        return newest
 
     def changed(self, namespace: str, name: str) -> bool:
         """Wake the pass waiting for this Job; False when none waits (an older Job)."""
@@ -96,14 +172,22 @@ class JobSignals:
         """Register interest before the Job exists, so its first event is not missed."""
         self._events.setdefault((namespace, name), asyncio.Event())
 
-    async def wait(self, namespace: str, name: str, timeout: float) -> None:  # noqa: ASYNC109
+    async def wait(self, namespace: str, name: str, timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait for an event about the Job (or its pod); False when ``timeout`` passed first."""
         event = self._events.setdefault((namespace, name), asyncio.Event())
-        with contextlib.suppress(TimeoutError):
+        woken = True
+        try:
             await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            woken = False
         event.clear()
+        return woken
 
     def forget(self, namespace: str, name: str) -> None:
         self._events.pop((namespace, name), None)
+
+    def __len__(self) -> int:
+        return len(self._events)
 
 
 @dataclass
@@ -127,6 +211,8 @@ class JobProber:
     """Jobs created or adopted by this pass whose result is awaited (the running-Jobs gauge)."""
     retries: ProbeRetries | None = None
     """The bundle's per-artifact back-off of retryable failures (kept between passes)."""
+    _observing: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+    _observed: bool = field(default=False, repr=False)
 
     @property
     def key(self) -> BundleKey:
@@ -139,7 +225,9 @@ class JobProber:
             if waiting is not None:
                 self.codes[rel] = waiting.code
                 return ProbeFailed(rel, waiting_message(waiting), retryable=True)
-        outcome = await self._probe(request)
+        # The revision's files stay while its probe pod may download them.
+        with self.artifacts.store.hold(self.bundle.namespace, self.bundle.name, request.revision):
+            outcome = await self._probe(request)
         if self.retries is None:
             return outcome
         if isinstance(outcome, ProbeFailed) and outcome.retryable:
@@ -185,22 +273,53 @@ class JobProber:
         await self._take_slot(name)
         self.signals.expect(self.bundle.namespace, name)
         try:
-            created = await self.kube.create_job(self.bundle.namespace, manifest)
-            if created.created:
-                self.jobs_created.append(name)
-                log.info("probe Job %s created for %s", name, rel)
-            else:
-                log.info("probe Job %s adopted for %s", name, rel)
+            job = await self._create_or_adopt(name, rel, manifest)
+            if isinstance(job, ProbeFailed):
+                return job
             limit = active_deadline_seconds(job_request) + 120
             self._count_running(+1)
             try:
-                return await self._await_result(name, rel, limit)
+                return await self._await_result(name, rel, limit, job)
+            except ApiUnavailable as exc:
+                return self._transient(rel, exc)
             finally:
                 self._count_running(-1)
         finally:
             self.slots.release(self.key, name)
             self.signals.forget(self.bundle.namespace, name)
             self.signals.freed.set()
+
+    async def _create_or_adopt(
+        self, name: str, rel: str, manifest: dict[str, Any]
+    ) -> dict[str, Any] | ProbeFailed:
+        """The Job as created, or the existing one of that name when it may be adopted."""
+        namespace = self.bundle.namespace
+        try:
+            created = await self.kube.create_job(namespace, manifest)
+            if not created.created and not adoptable(created.job, manifest):
+                # Same name, other template or owner: never read its answer as this one's. Ours
+                # (our owner) goes; someone else's is left alone and reported.
+                if _owned_by(created.job, self.bundle.uid):
+                    log.info("probe Job %s was built from another template: replacing it", name)
+                    await self.kube.delete_job(namespace, name)
+                    created = await self.kube.create_job(namespace, manifest)
+                if not created.created:
+                    return self._fail(
+                        rel,
+                        ProbeFailure.JOB_CONFLICT.value,
+                        f"a Job named {name} exists but was not built by this bundle from "
+                        "this probe template; it will be tried again (delete that Job if "
+                        "it is not this operator's)",
+                        retryable=True,
+                    )
+        except ApiUnavailable as exc:
+            return self._transient(rel, exc)
+        if created.created:
+            self.jobs_created.append(name)
+            log.info("probe Job %s created for %s", name, rel)
+        else:
+            log.info("probe Job %s adopted for %s", name, rel)
+        return job_view(created.job)
 
     def _count_running(self, step: int) -> None:
         self.running += step
@@ -227,36 +346,73 @@ class JobProber:
             )
         return files
 
+    async def _observe_running(self) -> None:
+        """Count the bundle's probe Jobs running in the cluster against the caps, once per pass
+        before its first slot: Jobs a restarted operator adopts, or an earlier pass left
+        running (their artifact changed since), take slots as the ones this pass creates do.
+        Those this pass does not wait for give their slot back when their Job finishes
+        (the Job watch, controller/switchboard.py)."""
+        async with self._observing:
+            if self._observed:
+                return
+            self._observed = True
+            try:
+                jobs = await self.kube.list_jobs(
+                    self.bundle.namespace, probe_job_selector(self.bundle)
+                )
+            except KubeApiError as exc:
+                log.info("cannot list the running probe Jobs: %s", exc)
+                return
+            running = {_name(job) for job in jobs if _running(job)}
+            self.slots.observe(self.key, running | self.slots.held(self.key))
+
     async def _take_slot(self, name: str) -> None:
+        await self._observe_running()
         while not self.slots.acquire(self.key, name, self.spec.probe.parallelism):
             self.signals.freed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.signals.freed.wait(), self.poll_seconds)
 
-    async def _await_result(self, name: str, rel: str, limit: float) -> ProbeAccepted | ProbeFailed:
+    async def _await_result(
+        self, name: str, rel: str, limit: float, created: dict[str, Any]
+    ) -> ProbeAccepted | ProbeFailed:
         namespace = self.bundle.namespace
         loop = asyncio.get_running_loop()
         give_up = loop.time() + limit
+        last: dict[str, Any] | None = created  # the Job as last known
+        seen = False  # the watch has shown this Job
+        quiet = False  # the last wait ended without any event
+        pod_grace: float | None = None
         while True:
-            try:
-                job: dict[str, object] | None = await self.kube.get_job(namespace, name)
-            except NotFound:
-                job = None
-            pod = await self._pod(name) if job is not None else None
+            if self.signals.watching:
+                job = self.signals.job(namespace, name)
+                if job is not None and not quiet:
+                    seen, last = True, job
+                elif seen or quiet:
+                    # Gone from the watch, or no news for a long while: read it once.
+                    job = await self._read_job(name)
+                    last = job
+                else:
+                    job = last  # created a moment ago; the watch has not shown it yet
+                pod = self.signals.pod(namespace, name) if job is not None else None
+            else:
+                job = await self._read_job(name)
+                pod = await self._list_pod(name) if job is not None else None
             outcome = job_outcome(job, pod)
-            if outcome.finished and outcome.phase is ProbePhase.FAILED and pod is not None:
-                tail = await self._log(pod, tail_lines=20)
-                outcome = job_outcome(job, pod, tail)
+            if outcome.finished and job is not None and not pod_settled(job, pod):
+                if self.signals.watching and pod_grace is None:
+                    pod_grace = loop.time() + POD_GRACE_SECONDS
+                if pod_grace is not None and loop.time() < pod_grace:
+                    await self.signals.wait(namespace, name, pod_grace - loop.time())
+                    continue
+                pod = await self._list_pod(name)
+                outcome = job_outcome(job, pod)
             if outcome.phase is ProbePhase.SUCCEEDED:
                 assert outcome.summary is not None and pod is not None
-                text = await self._log(pod)
-                try:
-                    result = await asyncio.to_thread(accept_result, text, outcome.summary)
-                except ResultRejected as exc:
-                    return self._fail(rel, ProbeFailure.RESULT_REJECTED.value, str(exc))
-                self.metrics.count_probe(namespace, self.bundle.name, "accepted")
-                return ProbeAccepted(rel, result, summary=outcome.summary)
+                return await self._accept(rel, pod, outcome.summary)
             if outcome.phase is ProbePhase.FAILED:
+                if pod is not None:
+                    outcome = job_outcome(job, pod, await self._tail(pod))
                 if outcome.reason in TRANSIENT and job is not None:
                     with contextlib.suppress(KubeApiError):
                         await self.kube.delete_job(namespace, name)
@@ -276,31 +432,98 @@ class JobProber:
                     f"the probe Job {name} did not finish within {limit:g}s ({outcome.message})",
                     retryable=True,
                 )
-            await self.signals.wait(namespace, name, self.poll_seconds)
+            wait = RESYNC_SECONDS if self.signals.watching else self.poll_seconds
+            wait = min(wait, max(give_up - loop.time(), 0.0))
+            quiet = not await self.signals.wait(namespace, name, wait)
 
-    async def _pod(self, job_name: str) -> dict[str, object] | None:
+    async def _read_job(self, name: str) -> dict[str, Any] | None:
+        try:
+            return job_view(await self.kube.get_job(self.bundle.namespace, name))
+        except NotFound:
+            return None
+
+    async def _list_pod(self, job_name: str) -> dict[str, Any] | None:
         pods = await self.kube.list_pods(self.bundle.namespace, f"job-name={job_name}")
         if not pods:
             return None
         # The newest pod: with backoffLimit 0 there is one, unless one was deleted and replaced.
         pods.sort(key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
-        return pods[-1]
+        return pod_view(pods[-1])
 
-    async def _log(self, pod: Mapping[str, object], tail_lines: int | None = None) -> str:
-        meta = pod.get("metadata")
-        name = str(meta.get("name")) if isinstance(meta, dict) else ""
+    async def _accept(
+        self, rel: str, pod: Mapping[str, Any], summary: ProbeSummary
+    ) -> ProbeAccepted | ProbeFailed:
+        """Read the log once, streamed and bounded, keeping only the result line."""
+        namespace = self.bundle.namespace
+        pod_name = str((pod.get("metadata") or {}).get("name") or "")
+        cap = summary.result_bytes if summary.result_bytes is not None else RESULT_LINE_LIMIT
+        scanner = ResultScanner(max(1, min(cap, RESULT_LINE_LIMIT)))
+        try:
+            read = await self.kube.stream_container_log(
+                namespace, pod_name, PROBE_CONTAINER, scanner.feed, limit_bytes=RESULT_LOG_LIMIT
+            )
+        except ApiUnavailable as exc:
+            return self._transient(rel, exc, what="reading the probe's log")
+        except NotFound as exc:
+            # Its pod went (deleted, or the Job expired) before the log was read.
+            return self._fail(
+                rel,
+                ProbeFailure.POD_LOST.value,
+                f"the probe's log could not be read, its pod is gone ({exc}); it will be "
+                "probed again",
+                retryable=True,
+            )
+        except KubeApiError as exc:
+            return self._fail(
+                rel,
+                ProbeFailure.LOG_UNREADABLE.value,
+                f"the operator may not read the probe's log ({exc}); the artifact is not at "
+                "fault; it will be tried again",
+                retryable=True,
+            )
+        found = scanner.finish()
+        try:
+            if found is None and scanner.found_too_long:
+                raise ResultRejected(f"the logged result is longer than the {cap} bytes expected")
+            if found is None and read >= RESULT_LOG_LIMIT:
+                raise ResultRejected(
+                    f"no result in the first {RESULT_LOG_LIMIT} bytes of the probe's log"
+                )
+            line = None if found is None else found.decode("utf-8", "replace")
+            result = await asyncio.to_thread(accept_result_line, line, summary)
+        except ResultRejected as exc:
+            return self._fail(rel, ProbeFailure.RESULT_REJECTED.value, str(exc))
+        self.metrics.count_probe(namespace, self.bundle.name, "accepted")
+        return ProbeAccepted(rel, result, summary=summary)
+
+    async def _tail(self, pod: Mapping[str, Any]) -> str | None:
+        """The end of a failed probe's log, quoted in its message; None when it cannot be read
+        (the failure stands on the pod's state alone)."""
+        name = str((pod.get("metadata") or {}).get("name") or "")
         try:
             text = await self.kube.read_container_log(
                 self.bundle.namespace,
                 name,
                 PROBE_CONTAINER,
-                limit_bytes=RESULT_LOG_LIMIT,
-                tail_lines=tail_lines,
+                # The apiserver cuts the tail's start at the limit: room for 20 long lines.
+                limit_bytes=FAILURE_TAIL_BYTES,
+                tail_lines=FAILURE_TAIL_LINES,
             )
         except KubeApiError as exc:
             log.info("cannot read the log of probe pod %s: %s", name, exc)
-            return ""
+            return None
         return text.text
+
+    def _transient(
+        self, rel: str, exc: KubeApiError, what: str = "following the probe Job"
+    ) -> ProbeFailed:
+        return self._fail(
+            rel,
+            ProbeFailure.TRANSIENT_API_ERROR.value,
+            f"{what} failed for a transient reason ({exc}); the artifact is not at fault and "
+            "will be probed again",
+            retryable=True,
+        )
 
     def _fail(
         self,
@@ -333,9 +556,32 @@ def waiting_message(entry: Waiting) -> str:
     return shorten(entry.message, MAX_ITEM_MESSAGE_CHARS - len(suffix)) + suffix
 
 
+def _owned_by(job: Mapping[str, Any], uid: str) -> bool:
+    refs = (job.get("metadata") or {}).get("ownerReferences") or ()
+    return any(ref.get("uid") == uid and ref.get("controller") for ref in refs)
+
+
 def _jars(root: Path) -> list[str]:
     return sorted(
         p.relative_to(root).as_posix()
         for p in root.rglob("*.jar")
         if p.is_file() and not p.is_symlink()
     )
+
+
+def _name(job: Mapping[str, object]) -> str:
+    meta = job.get("metadata")
+    return str(meta.get("name")) if isinstance(meta, dict) else ""
+
+
+def _running(job: Mapping[str, object]) -> bool:
+    """Neither finished (Complete or Failed) nor being deleted."""
+    meta = job.get("metadata")
+    if isinstance(meta, dict) and meta.get("deletionTimestamp"):
+        return False
+    status = job.get("status")
+    conditions = status.get("conditions") if isinstance(status, dict) else None
+    for cond in conditions or ():
+        if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
+            return False
+    return True

@@ -27,7 +27,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from taskhandler_operator.airflow.serialized import DagStubs
 from taskhandler_operator.artifacts.models import Language
 from taskhandler_operator.controller.backoff import BundleKey, JobSlots, Wakeups
-from taskhandler_operator.controller.health import HealthServer, HealthState, Heartbeat
+from taskhandler_operator.controller.health import (
+    HealthServer,
+    HealthState,
+    Heartbeat,
+    PassWatch,
+    tick,
+)
 from taskhandler_operator.controller.kubeapi import KubeApi
 from taskhandler_operator.controller.logs import Redactor
 from taskhandler_operator.controller.metrics import Metrics
@@ -39,6 +45,8 @@ from taskhandler_operator.db.watermark import RowsWatermark
 from taskhandler_operator.kube.probe_job import ProbePodSettings
 from taskhandler_operator.reconcile.store import DatabaseStore
 from taskhandler_operator.settings import Settings
+from taskhandler_operator.sources.access import VolumeAccess
+from taskhandler_operator.sources.mirrors import mirror_dirs
 from taskhandler_operator.sources.server import ArtifactServer
 from taskhandler_operator.sources.signing import generate_key
 from taskhandler_operator.sources.store import RevisionStore
@@ -195,8 +203,10 @@ class OperatorRuntime:
     signals: JobSignals
     poller: InventoryPoller
     redactor: Redactor
-    reconciler_heartbeat: Heartbeat
+    reconciler_heartbeat: PassWatch
+    """Armed while leading; each bundle daemon marks its passes with ``busy``."""
     fence: Fence
+    volumes: VolumeAccess = field(default_factory=VolumeAccess)
 
     @property
     def runtime_images(self) -> dict[Language, str]:
@@ -256,10 +266,17 @@ class OperatorRuntime:
         )
         kube = KubeApi(api_client, max_workers=8, redactor=redactor)
         poller = InventoryPoller(store, wakeups)
+        # A poll cycle must fit in the limit however short a test makes it.
         heartbeat = health.add(
-            Heartbeat("inventory", max(120.0, options.inventory_poll_seconds * 8))
+            Heartbeat(
+                "inventory",
+                max(settings.liveness_inventory_seconds, options.inventory_poll_seconds * 2),
+            )
         )
-        reconciler = health.add(Heartbeat("reconcilers", 600.0, armed=False))
+        loop_beat = health.add(Heartbeat("event-loop", settings.liveness_event_loop_seconds))
+        reconciler = health.add(
+            PassWatch("reconcilers", settings.liveness_pass_seconds, armed=False)
+        )
         runtime = cls(
             settings=settings,
             options=options,
@@ -277,7 +294,18 @@ class OperatorRuntime:
             redactor=redactor,
             reconciler_heartbeat=reconciler,
             fence=fence,
+            volumes=VolumeAccess.for_operator(
+                settings.volume_roots,
+                store=revisions.root,
+                secret_files=(settings.signing_key_file, settings.database_url_file),
+            ),
         )
+        _track(runtime)
+        if settings.volume_roots:
+            roots = ", ".join(str(r) for r in settings.volume_roots)
+            log.info("volume sources may read below: %s", roots)
+        else:
+            log.info("no volume roots (THOP_VOLUME_ROOTS): volume sources are refused")
         servers: list[HealthServer] = []
         tasks: list[asyncio.Task[None]] = []
         try:
@@ -289,6 +317,12 @@ class OperatorRuntime:
                 )
                 await server.start()
                 servers.append(server)
+            tasks.append(
+                asyncio.create_task(
+                    tick(loop_beat, min(1.0, settings.liveness_event_loop_seconds / 4)),
+                    name="event-loop-ticker",
+                )
+            )
             tasks.append(
                 asyncio.create_task(
                     poller.run(options.inventory_poll_seconds, heartbeat), name="inventory-poller"
@@ -306,3 +340,19 @@ class OperatorRuntime:
             await artifacts.stop()
             await kube.aclose()
             await engine.dispose()
+
+
+def _track(runtime: OperatorRuntime) -> None:
+    """What the operator keeps per bundle or per Job, as the ``tracked_entries`` gauge: each
+    goes back to the live bundles' count when bundles are deleted (tests/e2e check it)."""
+    metrics, revisions = runtime.metrics, runtime.revisions
+    metrics.track("wakeups", lambda: len(runtime.wakeups))
+    metrics.track("probe_slots", lambda: runtime.slots.in_use)
+    metrics.track("probe_slot_bundles", lambda: runtime.slots.bundles)
+    metrics.track("job_signals", lambda: len(runtime.signals))
+    metrics.track("inventory_bundles", lambda: len(runtime.poller.queues_of))
+    metrics.track("revision_locks", lambda: revisions.lock_count)
+    metrics.track("revision_holds", lambda: revisions.hold_count)
+    metrics.track("event_memory", lambda: runtime.kube.events_remembered)
+    metrics.track("bundle_series", lambda: metrics.bundle_series())
+    metrics.track("git_mirrors", lambda: len(mirror_dirs(revisions.mirrors_dir)))

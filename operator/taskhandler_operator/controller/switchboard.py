@@ -11,7 +11,11 @@
   only reconciler, so its work is serialized while bundles proceed in parallel.
 * ``create``/``update``/``resume``: wake the daemon (a spec change, the reconcile-now
   annotation, an operator restart).
-* ``job_event``: a probe Job changed: wake the coroutine waiting for it, or the owner bundle.
+* ``probe_jobs``/``probe_pods``: kopf indices of probe Jobs and their pods (small views of
+  each, :func:`~taskhandler_operator.kube.probe_job.job_view`/``pod_view``), which the prober
+  reads instead of polling the API (:class:`~.probing.JobSignals`, attached at start-up).
+* ``job_event``/``pod_event``: a probe Job or its pod changed: wake the coroutine waiting for
+  it, or the owner bundle when its Job finished.
 * ``delete``: :func:`~.bundle.delete_bundle` (deletionPolicy), then kopf drops the finalizer.
 * ``probe``: the heartbeats behind the liveness endpoint.
 
@@ -35,12 +39,18 @@ from taskhandler_operator.controller.bundle import BundleInputs, delete_bundle, 
 from taskhandler_operator.controller.runtime import OperatorRuntime
 from taskhandler_operator.db.engine import DatabaseError
 from taskhandler_operator.kube import names
+from taskhandler_operator.kube.probe_job import job_view, pod_job_name, pod_view
 
 __all__ = ["SwitchboardConfig", "bounded_session", "build_registry", "configure"]
 
 log = logging.getLogger(__name__)
 
 JOB_SELECTOR = f"{names.LABEL_MANAGED_BY}={names.MANAGER}"
+#: Probe Jobs and their pods carry both labels; the watches ask the apiserver for those only.
+PROBE_LABELS = {names.LABEL_MANAGED_BY: names.MANAGER, names.LABEL_NAME: names.PROBE_APP}
+PROBE_SELECTOR = ",".join(f"{key}={value}" for key, value in PROBE_LABELS.items())
+JOBS = ("batch", "v1", "jobs")
+PODS = ("v1", "pods")
 FINALIZER = f"{names.GROUP}/finalizer"
 #: Seconds between attempts of a deletion whose database cleanup failed.
 CLEANUP_RETRY = 15
@@ -53,8 +63,8 @@ KOPF_PREFIX = f"kopf.{names.GROUP}"
 #: each, which cost about 0.3 MiB of peak RSS per bundle (docs/operations.md). Requests beyond
 #: the limit wait for a free connection instead.
 KOPF_REQUEST_CONNECTIONS = 16
-#: kopf's watch streams per watched namespace (or for the whole cluster): bundles and Jobs.
-KOPF_WATCHES_PER_SCOPE = 2
+#: kopf's watch streams per watched namespace (or for the whole cluster): bundles, Jobs, pods.
+KOPF_WATCHES_PER_SCOPE = 3
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,7 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.watching.connect_timeout = 10
     settings.networking.request_timeout = 30
     settings.watching.label_selectors["batch", "jobs"] = JOB_SELECTOR
+    settings.watching.label_selectors[PODS] = PROBE_SELECTOR
 
 
 def in_cluster_server(env: Mapping[str, str]) -> str | None:
@@ -104,8 +115,34 @@ def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
     bundles = (names.GROUP, names.VERSION, names.PLURAL)
 
     @kopf.on.startup(registry=registry)
-    async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+    async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
         configure(settings)
+        # kopf's live indices (passed by their ids); it fills them from its watches before
+        # any resource handler runs.
+        runtime.signals.attach(kwargs["probe_jobs"], kwargs["probe_pods"])
+
+    @kopf.index(*JOBS, registry=registry, id="probe_jobs", labels=PROBE_LABELS)
+    async def probe_jobs(
+        body: kopf.Body, namespace: str | None, name: str | None, **_: Any
+    ) -> dict[Any, Any] | None:
+        if not namespace or not name:
+            return None
+        return {(namespace, name): job_view(body)}
+
+    @kopf.index(*PODS, registry=registry, id="probe_pods", labels=PROBE_LABELS)
+    async def probe_pods(body: kopf.Body, namespace: str | None, **_: Any) -> dict[Any, Any] | None:
+        job = pod_job_name(body)
+        if not namespace or job is None:
+            return None
+        return {(namespace, job): pod_view(body)}
+
+    @kopf.on.event(*PODS, registry=registry, id="pod_event", labels=PROBE_LABELS)
+    async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
+        pod = event.get("object") or {}
+        namespace = (pod.get("metadata") or {}).get("namespace")
+        job = pod_job_name(pod)
+        if namespace and job:
+            runtime.signals.changed(namespace, job)
 
     # The watch streams hold their connections for good, so the limit is on top of them.
     connections = KOPF_REQUEST_CONNECTIONS + KOPF_WATCHES_PER_SCOPE * max(
@@ -160,7 +197,12 @@ def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
         if runtime.signals.changed(namespace, name):
             return
         owner = meta.get("labels", {}).get(names.LABEL_BUNDLE)
-        if owner and _finished(job):
+        finished = _finished(job)
+        if owner and (finished or event.get("type") == "DELETED"):
+            # A Job no pass waits for (adopted after a restart, or left running by an earlier
+            # pass) gives back the slot the pass's JobSlots.observe counted for it.
+            runtime.slots.release((namespace, owner), name)
+        if owner and finished:
             runtime.wakeups.wake(namespace, owner, f"probe Job {name} finished")
 
     @kopf.on.delete(*bundles, registry=registry, id="deletion-policy")

@@ -15,6 +15,7 @@ from taskhandler_operator.controller.kubeapi import KubeApi, KubeApiError, NotFo
 from taskhandler_operator.kube.conditions import Reason
 from taskhandler_operator.reconcile.errors import PassError
 from taskhandler_operator.reconcile.models import BundleSpec, SyncedRevision
+from taskhandler_operator.sources.access import VolumeAccess
 from taskhandler_operator.sources.errors import SourceError
 from taskhandler_operator.sources.models import Revision
 from taskhandler_operator.sources.spec import SourceSpec
@@ -71,6 +72,7 @@ class KubeSyncer:
     source: SourceSpec
     timeout: float
     last: Revision | None = None
+    volumes: VolumeAccess | None = None  # where volume sources may read (None: nowhere)
 
     async def __call__(self, spec: BundleSpec) -> SyncedRevision:
         kind = source_kind(self.source)
@@ -102,6 +104,7 @@ class KubeSyncer:
                 namespace=self.namespace,
                 bundle=self.name,
                 timeout=self.timeout,
+                volumes=self.volumes,
             )
         except SourceError as exc:
             raise SourceSyncFailed(

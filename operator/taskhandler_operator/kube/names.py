@@ -24,6 +24,9 @@ LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 LABEL_NAME: Final = "app.kubernetes.io/name"
 LABEL_BUNDLE: Final = f"{GROUP}/bundle"
 LABEL_BUNDLE_UID: Final = f"{GROUP}/bundle-uid"
+# On a probe Job: the hash of the pod template it was built from (a Deployment's
+# pod-template-hash); part of its name too, and checked before a Job is adopted.
+LABEL_TEMPLATE_HASH: Final = f"{GROUP}/pod-template-hash"
 MANAGER: Final = "taskhandler-operator"
 PROBE_APP: Final = "taskhandler-probe"
 

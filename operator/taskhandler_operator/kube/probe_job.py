@@ -1,8 +1,12 @@
 """Probe Jobs: the manifest for one artifact's probe, and what a finished one means (pure).
 
 One Job per artifact to probe (DESIGN §3.5). Its name is derived from (bundle, relative path,
-size, cache digest), so a restarted operator finds the Job it created before instead of
-creating a second one; its annotations say which artifact it probes. The pod:
+size, cache digest) and from the hash of its pod template (as a Deployment's ReplicaSets carry
+``pod-template-hash``), so a restarted operator finds the Job it created before instead of
+creating a second one, while a changed spec (more memory, a longer timeout, another image) gets
+a new Job instead of adopting the old one's failure; its annotations say which artifact it
+probes and its label :data:`~taskhandler_operator.kube.names.LABEL_TEMPLATE_HASH` which template
+built it (checked on adoption: :func:`adoptable`). The pod:
 
 * an init container (operator image) runs ``taskhandler-operator fetch`` with signed URLs for
   the artifact (for Java the whole classpath) into an ``emptyDir`` mounted at ``/bundle``, each
@@ -22,6 +26,7 @@ succeeded (with the summary to check against the log) or failed with a reason in
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -52,12 +57,18 @@ __all__ = [
     "ProbePhase",
     "ProbePodSettings",
     "ProbeTarget",
+    "adoptable",
     "build_probe_job",
     "job_outcome",
+    "job_view",
+    "pod_job_name",
+    "pod_settled",
+    "pod_view",
     "probe_job_labels",
     "probe_job_name",
     "probe_job_selector",
     "read_probe_target",
+    "template_hash",
 ]
 
 BUNDLE_MOUNT = "/bundle"
@@ -67,6 +78,7 @@ PROBE_CONTAINER = "probe"
 TERMINATION_LOG = "/dev/termination-log"
 MAX_NAME = 63  # a Job name is also a label value on its pods
 HASH_CHARS = 10
+TEMPLATE_HASH_CHARS = 16  # in a label value (at most 63)
 MIB = 1024 * 1024
 MAX_LOG_LINE_CHARS = 300  # of the log line quoted in a failure message
 
@@ -199,27 +211,26 @@ def _slug(text: str) -> str:
     return re.sub(r"-{2,}", "-", re.sub(r"[^a-z0-9-]", "-", text.lower())).strip("-")
 
 
-def probe_job_name(
-    bundle: BundleIdentity, target: ProbeTarget, dag_ids: Sequence[str] | None = None
-) -> str:
+def probe_job_name(bundle: BundleIdentity, target: ProbeTarget, template: str = "") -> str:
     """``<bundle>-<artifact stem>-<hash>``: DNS-1123, at most 63 characters, stable.
 
     The hash covers the owner's uid too, so a bundle deleted and created again under the same
-    name never adopts a Job of its predecessor (which the garbage collector removes anyway),
-    and the ``dag_ids`` asked, so the probe that follows a new stub Dag is a new Job rather
-    than the finished one that was not asked about it.
+    name never adopts a Job of its predecessor (which the garbage collector removes anyway), and
+    ``template`` (:func:`template_hash`), so a Job built from another pod template (the spec's
+    resources, timeout or image changed since) is never adopted: a failed Job stays until its
+    TTL, and the fixed spec would otherwise get its old answer back.
     """
-    parts = [
-        bundle.namespace,
-        bundle.name,
-        bundle.uid,
-        target.rel_path,
-        str(target.size),
-        target.cache_digest or "",
-    ]
-    if dag_ids is not None:
-        parts.append(hashlib.sha256("\n".join(dag_ids).encode()).hexdigest())
-    identity = "\0".join(parts)
+    identity = "\0".join(
+        (
+            bundle.namespace,
+            bundle.name,
+            bundle.uid,
+            target.rel_path,
+            str(target.size),
+            target.cache_digest or "",
+            template,
+        )
+    )
     digest = hashlib.sha256(identity.encode()).hexdigest()[:HASH_CHARS]
     stem = target.rel_path.rsplit("/", 1)[-1].split(".", 1)[0]
     readable = _slug(f"{bundle.name}-{stem}")[: MAX_NAME - HASH_CHARS - 1].strip("-")
@@ -241,6 +252,19 @@ def probe_job_selector(bundle: BundleIdentity | None = None) -> str:
     if bundle is not None:
         parts.append(f"{names.LABEL_BUNDLE_UID}={bundle.uid}")
     return ",".join(parts)
+
+
+def adoptable(job: Mapping[str, Any], manifest: Mapping[str, Any]) -> bool:
+    """Whether an existing ``job`` of the manifest's name may stand for ``manifest``: the same
+    owner (controller uid) and the same pod-template hash label. The name carries both, so a
+    mismatch means a Job someone else made under that name, or one of an operator version that
+    did not label its template."""
+    meta, want = job.get("metadata") or {}, manifest.get("metadata") or {}
+    labels, wanted = meta.get("labels") or {}, want.get("labels") or {}
+    if labels.get(names.LABEL_TEMPLATE_HASH) != wanted.get(names.LABEL_TEMPLATE_HASH):
+        return False
+    owners = {ref.get("uid") for ref in meta.get("ownerReferences") or () if ref.get("controller")}
+    return owners == {ref.get("uid") for ref in want.get("ownerReferences") or ()}
 
 
 def read_probe_target(job: Mapping[str, Any]) -> ProbeTarget | None:
@@ -357,12 +381,55 @@ def _validate(request: ProbeJobRequest) -> None:
         raise ValueError("the files to fetch name one path twice")
 
 
+def template_hash(request: ProbeJobRequest) -> str:
+    """The hash of everything that shapes the probe's pod: the Job spec (images, commands,
+    resources, deadlines, scheduling, security) as :func:`build_probe_job` renders it, with the
+    download URLs left out. The URLs are signed afresh on every pass (they expire), while what
+    they name is pinned by each file's path, size and sha256, which stay in."""
+    unsigned = [dataclasses.replace(f, url="") for f in request.files]
+    spec = _job_spec(dataclasses.replace(request, files=tuple(unsigned)), {})
+    text = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:TEMPLATE_HASH_CHARS]
+
+
 def build_probe_job(request: ProbeJobRequest) -> dict[str, Any]:
     """The ``batch/v1`` Job manifest probing ``request.target`` (``ValueError`` on bad input)."""
     _validate(request)
-    settings = request.settings
+    template = template_hash(request)
+    labels = probe_job_labels(request.bundle)
     bundle = request.bundle
-    labels = probe_job_labels(bundle)
+    annotations = {
+        names.ANNOTATION_ARTIFACT_PATH: request.target.rel_path,
+        names.ANNOTATION_ARTIFACT_SIZE: str(request.target.size),
+    }
+    if request.target.cache_digest:
+        annotations[names.ANNOTATION_CACHE_DIGEST] = request.target.cache_digest
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": probe_job_name(bundle, request.target, template),
+            "namespace": bundle.namespace,
+            # The hash of the template the Job was built from, checked on adoption.
+            "labels": {**labels, names.LABEL_TEMPLATE_HASH: template},
+            "annotations": annotations,
+            "ownerReferences": [
+                {
+                    "apiVersion": names.API_VERSION,
+                    "kind": names.KIND,
+                    "name": bundle.name,
+                    "uid": bundle.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": _job_spec(request, labels),
+    }
+
+
+def _job_spec(request: ProbeJobRequest, labels: Mapping[str, str]) -> dict[str, Any]:
+    settings = request.settings
     resources = _resources(request.probe, settings)
     total_bytes = sum(f.size for f in request.files)
     bundle_limit = math.ceil((total_bytes + settings.bundle_headroom_bytes) / MIB)
@@ -422,47 +489,93 @@ def build_probe_job(request: ProbeJobRequest) -> dict[str, Any]:
         pod_spec["tolerations"] = [
             t.model_dump(by_alias=True, exclude_none=True) for t in request.probe.tolerations
         ]
-    annotations = {
-        names.ANNOTATION_ARTIFACT_PATH: request.target.rel_path,
-        names.ANNOTATION_ARTIFACT_SIZE: str(request.target.size),
-    }
-    if request.target.cache_digest:
-        annotations[names.ANNOTATION_CACHE_DIGEST] = request.target.cache_digest
     return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": probe_job_name(bundle, request.target, request.dag_ids),
-            "namespace": bundle.namespace,
-            "labels": labels,
-            "annotations": annotations,
-            "ownerReferences": [
-                {
-                    "apiVersion": names.API_VERSION,
-                    "kind": names.KIND,
-                    "name": bundle.name,
-                    "uid": bundle.uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
-        "spec": {
-            "backoffLimit": 0,
-            "activeDeadlineSeconds": active_deadline_seconds(request),
-            "ttlSecondsAfterFinished": settings.ttl_seconds_after_finished,
-            "template": {
-                "metadata": {
-                    "labels": labels,
-                    "annotations": {"kubectl.kubernetes.io/default-container": PROBE_CONTAINER},
-                },
-                "spec": pod_spec,
+        "backoffLimit": 0,
+        "activeDeadlineSeconds": active_deadline_seconds(request),
+        "ttlSecondsAfterFinished": settings.ttl_seconds_after_finished,
+        "template": {
+            "metadata": {
+                "labels": dict(labels),
+                "annotations": {"kubectl.kubernetes.io/default-container": PROBE_CONTAINER},
             },
+            "spec": pod_spec,
         },
     }
 
 
 # --- reading a Job back -------------------------------------------------------------------------
+
+
+def _pick(obj: Mapping[str, Any] | None, *keys: str) -> dict[str, Any]:
+    return {k: obj[k] for k in keys if obj and obj.get(k) is not None}
+
+
+def job_view(job: Mapping[str, Any]) -> dict[str, Any]:
+    """What :func:`job_outcome` reads of a Job, and nothing else (the watch index keeps this per
+    probe Job, not the whole object with its pod template and managed fields)."""
+    meta = job.get("metadata") or {}
+    status = job.get("status") or {}
+    return {
+        "metadata": _pick(meta, "name", "namespace", "uid", "labels", "deletionTimestamp"),
+        "spec": _pick(job.get("spec"), "activeDeadlineSeconds"),
+        "status": {
+            "conditions": [
+                _pick(c, "type", "status", "reason", "message")
+                for c in status.get("conditions") or ()
+            ],
+            **_pick(status, "active", "succeeded", "failed"),
+        },
+    }
+
+
+def pod_job_name(pod: Mapping[str, Any]) -> str | None:
+    """The Job a pod belongs to (the Job controller's label), None for any other pod."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    name = labels.get("batch.kubernetes.io/job-name") or labels.get("job-name")
+    return str(name) if name else None
+
+
+def pod_view(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """What :func:`job_outcome` reads of a probe pod: its containers' states and the probe
+    container's memory limit, its conditions, phase and reason, deletion and creation times."""
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    containers = [
+        {
+            "name": c.get("name"),
+            "resources": {"limits": _pick(c.get("resources", {}).get("limits"), "memory")},
+        }
+        for c in (pod.get("spec") or {}).get("containers") or ()
+        if c.get("name") == PROBE_CONTAINER
+    ]
+
+    def statuses(key: str) -> list[dict[str, Any]]:
+        return [_pick(c, "name", "state") for c in status.get(key) or ()]
+
+    return {
+        "metadata": _pick(meta, "name", "namespace", "creationTimestamp", "deletionTimestamp"),
+        "spec": {"containers": containers},
+        "status": {
+            **_pick(status, "phase", "reason", "message"),
+            "conditions": [
+                _pick(c, "type", "status", "reason", "message")
+                for c in status.get("conditions") or ()
+            ],
+            "initContainerStatuses": statuses("initContainerStatuses"),
+            "containerStatuses": statuses("containerStatuses"),
+        },
+    }
+
+
+def pod_settled(job: Mapping[str, Any], pod: Mapping[str, Any] | None) -> bool:
+    """Whether ``pod`` as seen can explain the finished ``job``: the pod has ended (Succeeded or
+    Failed), or the Job failed on its deadline (its pod is then deleted, never ended). The
+    Job and Pod watches are separate streams, so the Job's end can arrive before its pod's."""
+    failed = _condition(job, "Failed", "FailureTarget")
+    if failed is not None and failed.get("reason") == "DeadlineExceeded":
+        return True
+    phase = ((pod or {}).get("status") or {}).get("phase")
+    return phase in ("Succeeded", "Failed")
 
 
 class ProbePhase(StrEnum):
@@ -489,6 +602,10 @@ class ProbeFailure(StrEnum):
     ARTIFACT_UNAVAILABLE = "ArtifactUnavailable"  # the operator cannot serve it: no Job created
     NO_PROBE_IMAGE = "NoProbeImage"  # no image runs the bundle's language: no Job was created
     PROBE_FAILED = "ProbeFailed"  # no finer reason, e.g. an answer the database cannot store
+    # Not the artifact's fault, retried after the probe back-off:
+    TRANSIENT_API_ERROR = "TransientApiError"  # the apiserver or kubelet failed (5xx, 429, down)
+    LOG_UNREADABLE = "ProbeLogUnreadable"  # the log was refused for good (e.g. RBAC): no answer
+    JOB_CONFLICT = "ProbeJobConflict"  # a Job of that name exists but another template built it
 
 
 @dataclass(frozen=True)

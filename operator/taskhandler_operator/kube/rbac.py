@@ -109,7 +109,12 @@ WATCH_RULES: tuple[Rule, ...] = (
         ("create", "get", "list", "watch", "delete"),
         "run, adopt and remove probe Jobs",
     ),
-    Rule(("",), ("pods",), ("get", "list", "watch"), "read probe pods' termination messages"),
+    Rule(
+        ("",),
+        ("pods",),
+        ("get", "list", "watch"),
+        "follow probe pods (watch) and read their termination messages",
+    ),
     Rule(("",), ("pods/log",), ("get",), "read the probe's result from its log"),
     Rule(("",), ("events",), ("create", "patch"), "report transitions as Events (kopf)"),
     Rule(

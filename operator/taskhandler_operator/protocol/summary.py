@@ -45,9 +45,11 @@ __all__ = [
     "ProbeSummary",
     "ProbeWarningKind",
     "ResultRejected",
+    "ResultScanner",
     "SummaryWarning",
     "Timings",
     "accept_result",
+    "accept_result_line",
     "find_result_line",
     "result_line",
 ]
@@ -247,12 +249,80 @@ def find_result_line(lines: Iterable[str]) -> str | None:
     return found
 
 
-def accept_result(log_text: str, summary: ProbeSummary) -> TaskHandlerParsingResult:
-    """The probe's result, only if the summary says ok and the logged line matches its hash."""
+_CR_ROOM = 16
+
+
+class ResultScanner:
+    """Finds the line after the last :data:`RESULT_MARKER` in a log fed in chunks, keeping at most
+    ``max_line_bytes`` of it and nothing else: a probe's log can be far larger than its result
+    (a runtime's output, or anything a probe image prints), and the reader must not hold it.
+
+    Lines end at ``"\\n"`` only, as in :func:`accept_result`; trailing ``"\\r"`` are dropped.
+    """
+
+    _MARKER = RESULT_MARKER.encode()
+
+    def __init__(self, max_line_bytes: int) -> None:
+        if max_line_bytes < 1:
+            raise ValueError("max_line_bytes must be positive")
+        self._max = max_line_bytes
+        self._line = bytearray()  # the current line, only as much of it as can matter
+        self._over = False  # the current line is longer than what is kept of it
+        self._take_next = False  # the line before was the marker
+        self._capture = False  # the current line follows a marker
+        self.found: bytes | None = None
+        self.found_too_long = False
+        self.bytes_read = 0
+        self.peak = 0  # the most bytes of a line held at once
+
+    def feed(self, data: bytes) -> None:
+        self.bytes_read += len(data)
+        start = 0
+        while start < len(data):
+            newline = data.find(b"\n", start)
+            end = len(data) if newline < 0 else newline
+            self._keep(data[start:end])
+            if newline < 0:
+                return
+            self._end_line()
+            start = newline + 1
+
+    def _keep(self, piece: bytes) -> None:
+        if self._over or not piece:
+            return
+        # A line that follows a marker is kept up to the cap; any other line only as far as it
+        # could still be the marker (either with room for trailing "\r"s).
+        room = (self._max if self._capture else len(self._MARKER)) + _CR_ROOM - len(self._line)
+        if len(piece) > room:
+            self._line += piece[:room]
+            self._over = True
+        else:
+            self._line += piece
+        self.peak = max(self.peak, len(self._line))
+
+    def _end_line(self) -> None:
+        line = bytes(self._line).rstrip(b"\r")
+        if self._capture:
+            if self._over or len(line) > self._max:
+                self.found, self.found_too_long = None, True
+            else:
+                self.found, self.found_too_long = line, False
+        self._take_next = not self._over and line == self._MARKER
+        self._capture = self._take_next
+        self._line.clear()
+        self._over = False
+
+    def finish(self) -> bytes | None:
+        """End of the log: the last line counts even without its newline (``split("\\n")``)."""
+        if self._capture or self._line:
+            self._end_line()
+        return self.found
+
+
+def accept_result_line(line: str | None, summary: ProbeSummary) -> TaskHandlerParsingResult:
+    """:func:`accept_result` for a result line already found (:class:`ResultScanner`)."""
     if not summary.ok or summary.result_sha256 is None:
         raise ResultRejected(f"the probe did not succeed: {summary.error or 'no result hash'}")
-    # Split on "\n" only, as the kubelet does: splitlines() also breaks at U+2028 and friends.
-    line = find_result_line(log_text.split("\n"))
     if line is None:
         raise ResultRejected("the probe log has no result marker followed by a line")
     digest = sha256_text(line)
@@ -271,3 +341,11 @@ def accept_result(log_text: str, summary: ProbeSummary) -> TaskHandlerParsingRes
             f"the logged result is not a valid TaskHandlerParsingResult ({where}: "
             f"{' '.join(str(first.get('msg', '')).split())})"
         ) from None
+
+
+def accept_result(log_text: str, summary: ProbeSummary) -> TaskHandlerParsingResult:
+    """The probe's result, only if the summary says ok and the logged line matches its hash."""
+    if not summary.ok or summary.result_sha256 is None:
+        raise ResultRejected(f"the probe did not succeed: {summary.error or 'no result hash'}")
+    # Split on "\n" only, as the kubelet does: splitlines() also breaks at U+2028 and friends.
+    return accept_result_line(find_result_line(log_text.split("\n")), summary)

@@ -100,6 +100,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--timeout", type=_seconds, default=300.0, metavar="S", help="for the sync (default 300)"
     )
     sync.add_argument("--keep", type=int, default=3, metavar="N", help="revisions kept (default 3)")
+    sync.add_argument(
+        "--volume-root",
+        action="append",
+        type=Path,
+        metavar="DIR",
+        help="a folder a volume source may read below, repeatable, as the operator's "
+        "THOP_VOLUME_ROOTS (default: anywhere but --store and the protected folders: the "
+        "person running the command reads their own files)",
+    )
     sync.add_argument("--json", action="store_true", help="print JSON")
     sync.set_defaults(func=run_sync)
 
@@ -251,6 +260,7 @@ def run_sync(args: argparse.Namespace) -> int:
 
     from pydantic import ValidationError
 
+    from taskhandler_operator.sources.access import VolumeAccess
     from taskhandler_operator.sources.errors import SourceError
     from taskhandler_operator.sources.paths import check_name
     from taskhandler_operator.sources.spec import SourceSpec
@@ -290,11 +300,19 @@ def run_sync(args: argparse.Namespace) -> int:
         print(f"sync: {exc}", file=sys.stderr)
         return 2
     store = RevisionStore(args.store, keep=max(1, args.keep))
+    roots = [Path(r).absolute() for r in args.volume_root or [Path("/")]]
+    volumes = VolumeAccess.for_operator(roots, store=store.root)
 
     async def go() -> Any:
         await store.open()
         return await sync(
-            source, credentials, store, namespace=namespace, bundle=bundle, timeout=args.timeout
+            source,
+            credentials,
+            store,
+            namespace=namespace,
+            bundle=bundle,
+            timeout=args.timeout,
+            volumes=volumes,
         )
 
     started = time.perf_counter()

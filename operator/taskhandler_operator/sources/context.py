@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
+from taskhandler_operator.sources.access import VolumeAccess
 from taskhandler_operator.sources.models import Revision, RevisionRecord
 from taskhandler_operator.sources.store import RevisionStore, Staging
 from taskhandler_operator.sources.tree import TreeWriter
@@ -42,6 +43,8 @@ class SyncContext:
     namespace: str
     bundle: str
     cancel: threading.Event = field(default_factory=threading.Event)
+    volumes: VolumeAccess = field(default_factory=VolumeAccess)
+    """Where volume sources may read; the default allows nothing."""
 
     async def blocking(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``fn`` in a worker thread. When the sync is cancelled the cancel event is set

@@ -27,6 +27,7 @@ __all__ = [
     "SourceTimeout",
     "StorageFailed",
     "UnsupportedContent",
+    "VolumeNotAllowed",
     "VolumeReadFailed",
     "redact",
     "shown_url",
@@ -89,6 +90,14 @@ class S3FetchFailed(SourceError):
 
 class VolumeReadFailed(SourceError):
     reason = "VolumeReadFailed"
+
+
+class VolumeNotAllowed(SourceError):
+    """The volume path is outside every root the operator allows, or overlaps a folder it
+    protects (sources/access.py). A person must change the spec or ``THOP_VOLUME_ROOTS``."""
+
+    reason = "VolumeNotAllowed"
+    permanent = True
 
 
 class ChecksumMismatch(SourceError):

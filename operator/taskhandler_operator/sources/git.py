@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from taskhandler_operator.sources import mirrors
 from taskhandler_operator.sources.archive import extract_archive
 from taskhandler_operator.sources.credentials import secret_text
 from taskhandler_operator.sources.errors import (
@@ -46,14 +47,14 @@ from taskhandler_operator.sources.errors import (
     redact,
     shown_url,
 )
+from taskhandler_operator.sources.locks import file_lock
 from taskhandler_operator.sources.spec import GitSource
-from taskhandler_operator.sources.store import file_lock
 
 if TYPE_CHECKING:
     from taskhandler_operator.sources.context import Build, SyncContext
     from taskhandler_operator.sources.models import Revision
 
-__all__ = ["GitRunner", "mirror_path", "sync_git"]
+__all__ = ["GitRunner", "credentials_dir", "mirror_path", "sync_git"]
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +87,23 @@ def is_ssh(url: str) -> bool:
     return url.startswith("ssh://") or _SCP_LIKE.match(url) is not None
 
 
+def credentials_dir() -> Path:
+    """Where each sync's private folder (credential files, git's HOME) is made: volume sources
+    never read it (sources/access.py protects it), unlike the rest of the temporary folder."""
+    return Path(tempfile.gettempdir()) / "taskhandler-operator-git"
+
+
 def mirror_path(cache_dir: Path, url: str) -> Path:
     return cache_dir / "git" / hashlib.sha256(url.encode()).hexdigest()[:32]
+
+
+async def _record_use(mirror: Path, ctx: SyncContext) -> None:
+    """Record that the bundle uses ``mirror`` before the mirror's lock is taken (so a removal
+    sees it), and release the mirror it used before a URL change."""
+    bundle_dir = ctx.store.bundle_dir(ctx.namespace, ctx.bundle)
+    previous = await ctx.blocking(mirrors.use, mirror, bundle_dir, ctx.namespace, ctx.bundle)
+    if previous is not None:
+        await ctx.blocking(mirrors.release, previous, ctx.namespace, ctx.bundle)
 
 
 # -- credentials ---------------------------------------------------------------------------
@@ -587,14 +603,17 @@ async def sync_git(
         )
     secrets = list((credentials or {}).values())
     has_credentials = credentials is not None
-    async with git_environment(spec.url, credentials) as env:
+    mirror = mirror_path(ctx.store.cache_dir, spec.url)
+    await _record_use(mirror, ctx)
+    # Credential files go to a folder no volume source may read (sources/access.py).
+    private = credentials_dir()
+    await asyncio.to_thread(private.mkdir, mode=0o700, parents=True, exist_ok=True)
+    async with git_environment(spec.url, credentials, private) as env:
         git = GitRunner(env, secrets)
         resolved = await resolve_ref(git, spec, has_credentials)
         existing = await ctx.existing(revision_id(resolved.commit, spec.path))
         if existing is not None:
             return existing
-        mirror = mirror_path(ctx.store.cache_dir, spec.url)
-        await asyncio.to_thread(mirror.parent.mkdir, parents=True, exist_ok=True)
         async with file_lock(mirror.with_name(f"{mirror.name}.lock")):
             await _ensure_mirror(git, mirror)
             commit = await fetch_commit(git, mirror, spec, resolved, has_credentials)

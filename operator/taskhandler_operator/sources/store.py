@@ -7,6 +7,7 @@ Layout under ``root``::
     <namespace>/<bundle>/.lock            file lock: one writer per bundle across processes
     <namespace>/<bundle>/.tmp-*           a revision being built
     <namespace>/<bundle>/.trash-*         a revision being removed
+    <namespace>/<bundle>/.git-mirror      the git mirror the bundle uses (sources/mirrors.py)
     .cache/git/                           git mirrors shared by bundles (sources/git.py)
 
 A revision is *visible* when its folder and its record both exist. It is built under
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import logging
 import os
 import secrets
 import shutil
@@ -34,38 +36,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from taskhandler_operator.sources import mirrors
 from taskhandler_operator.sources.errors import StorageFailed
+from taskhandler_operator.sources.locks import file_lock
 from taskhandler_operator.sources.models import Revision, RevisionRecord
 from taskhandler_operator.sources.paths import check_name, check_revision_id
 from taskhandler_operator.sources.tree import TreeLimits
 
 __all__ = ["DEFAULT_KEEP", "RevisionStore", "Staging", "file_lock"]
 
+log = logging.getLogger(__name__)
+
 DEFAULT_KEEP = 3
 META = ".meta"
 LOCK = ".lock"
 TMP_PREFIX = ".tmp-"
 TRASH_PREFIX = ".trash-"
-LOCK_POLL_SECONDS = 0.05
-
-
-@contextlib.asynccontextmanager
-async def file_lock(path: Path) -> AsyncIterator[None]:
-    """An exclusive ``flock`` on ``path``, polled so that waiting stays cancellable."""
-    fd = await asyncio.to_thread(os.open, path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                await asyncio.sleep(LOCK_POLL_SECONDS)
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
 
 
 @dataclass
@@ -131,6 +117,9 @@ class RevisionStore:
                 await asyncio.to_thread(self._clean_bundle, namespace, bundle)
             finally:
                 os.close(fd)
+        removed = await asyncio.to_thread(mirrors.prune_unused, self.mirrors_dir)
+        if removed:
+            log.info("removed %d git mirrors no bundle uses", len(removed))
 
     def _bundles(self) -> list[tuple[str, str]]:
         found: list[tuple[str, str]] = []
@@ -324,6 +313,15 @@ class RevisionStore:
             if self._holds[key] <= 0:
                 del self._holds[key]
 
+    @property
+    def lock_count(self) -> int:
+        """Bundles with an in-process lock (dropped when the bundle is deleted)."""
+        return len(self._locks)
+
+    @property
+    def hold_count(self) -> int:
+        return len(self._holds)
+
     def held(self, namespace: str, bundle: str) -> set[str]:
         return {r for (ns, b, r), n in self._holds.items() if ns == namespace and b == bundle and n}
 
@@ -346,14 +344,23 @@ class RevisionStore:
         _remove_tree(trash)
 
     async def delete_bundle(self, namespace: str, bundle: str) -> None:
-        """Remove every revision of a bundle (its resource was deleted)."""
+        """Remove every revision of a bundle (its resource was deleted), and the git mirror it
+        used when no other bundle uses it."""
         base = self.bundle_dir(namespace, bundle)
         async with self.lock(namespace, bundle):
+            mirror = await asyncio.to_thread(mirrors.recorded, base, self.mirrors_dir)
             trash = base.parent / f"{TRASH_PREFIX}{bundle}-{secrets.token_hex(6)}"
             with contextlib.suppress(FileNotFoundError):
                 await asyncio.to_thread(os.rename, base, trash)
         await asyncio.to_thread(_remove_tree, trash)
         self._locks.pop((namespace, bundle), None)
+        if mirror is not None:
+            await asyncio.to_thread(mirrors.release, mirror, namespace, bundle)
+
+    @property
+    def mirrors_dir(self) -> Path:
+        """Where the git mirrors are (sources/git.py, sources/mirrors.py)."""
+        return self.cache_dir / "git"
 
     # -- what a sync needs ---------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ import math
 from collections.abc import Mapping
 
 from taskhandler_operator.redaction import credential_spellings
+from taskhandler_operator.sources.access import VolumeAccess
 from taskhandler_operator.sources.context import SyncContext
 from taskhandler_operator.sources.errors import (
     InvalidSource,
@@ -59,12 +60,15 @@ async def sync(
     namespace: str,
     bundle: str,
     timeout: float = DEFAULT_TIMEOUT,  # noqa: ASYNC109 - the agreed contract: a per-source bound
+    volumes: VolumeAccess | None = None,
 ) -> Revision:
     """Bring ``source`` into ``store`` as a revision of ``namespace/bundle`` and return it.
 
     ``credentials`` is the data of the Secret named by the source's ``secretRef`` (already read
-    by the caller). Raises a :class:`SourceError` subclass whose ``reason`` suits a condition
-    and whose message contains no credential. Cancellable; bounded by ``timeout`` seconds.
+    by the caller). ``volumes`` says where a volume source may read (None: nowhere, every
+    volume source is refused with ``VolumeNotAllowed``). Raises a :class:`SourceError`
+    subclass whose ``reason`` suits a condition and whose message contains no credential.
+    Cancellable; bounded by ``timeout`` seconds.
     """
     try:
         check_name(namespace, "namespace")
@@ -76,7 +80,7 @@ async def sync(
     creds = None if credentials is None else dict(credentials)
     # Values, their base64 and URL spellings, and base64(user:password) as basic auth sends it.
     secrets = sorted(credential_spellings(creds))
-    ctx = SyncContext(store, namespace, bundle)
+    ctx = SyncContext(store, namespace, bundle, volumes=volumes or VolumeAccess())
     try:
         async with asyncio.timeout(timeout):
             async with store.lock(namespace, bundle):

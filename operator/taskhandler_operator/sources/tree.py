@@ -36,7 +36,15 @@ from typing import Any, TypeVar, cast
 from taskhandler_operator.sources.errors import ArchiveRefused, StorageFailed
 from taskhandler_operator.sources.paths import UnsafePath, safe_rel_path
 
-__all__ = ["Cancelled", "TreeLimits", "TreeStats", "TreeWriter", "snapshot_tree"]
+__all__ = [
+    "Cancelled",
+    "TreeLimits",
+    "TreeStats",
+    "TreeWriter",
+    "open_folder",
+    "open_sub_folder",
+    "snapshot_tree",
+]
 
 GiB = 1 << 30
 CHUNK = 1 << 20
@@ -476,7 +484,12 @@ def open_folder(base: Path, sub_path: str) -> int:
     """Open ``base`` (trusted: named by the operator's configuration) and then ``sub_path``
     (inside the volume, so never through a symlink). Raises FileNotFoundError / NotADirectoryError
     / ArchiveRefused."""
-    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    return open_sub_folder(os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), sub_path)
+
+
+def open_sub_folder(fd: int, sub_path: str) -> int:
+    """The folder ``sub_path`` below the open folder ``fd``, never through a symlink; ``fd``
+    is consumed (closed, or returned when ``sub_path`` is empty). Raises as :func:`open_folder`."""
     try:
         for part in [p for p in sub_path.split("/") if p]:
             try:

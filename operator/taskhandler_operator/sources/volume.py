@@ -11,6 +11,9 @@ than hard-linking them: a hard link shares the inode, so an in-place write on th
 change the revision under a probe. Files unchanged since the previous revision (same size,
 modification time and mode) are hard-linked from that revision instead, which is safe because
 revision files are never written.
+
+The folder is read only below a root the operator's administrator allows
+(:class:`~taskhandler_operator.sources.access.VolumeAccess`).
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ from typing import TYPE_CHECKING
 
 from taskhandler_operator.artifacts import go, java, typescript
 from taskhandler_operator.artifacts.models import Candidate, OpenFile
+from taskhandler_operator.sources.access import VolumeAccess
 from taskhandler_operator.sources.errors import ArchiveRefused, NotFound, VolumeReadFailed
 from taskhandler_operator.sources.spec import VolumeSource
-from taskhandler_operator.sources.tree import FileKey, open_folder, snapshot_tree
+from taskhandler_operator.sources.tree import FileKey, open_sub_folder, snapshot_tree
 
 if TYPE_CHECKING:
     from taskhandler_operator.sources.context import Build, SyncContext
@@ -119,10 +123,12 @@ def _describe_folder(path: Path) -> str:
         os.close(fd)
 
 
-def _open(spec: VolumeSource) -> int:
+def _open(spec: VolumeSource, access: VolumeAccess) -> int:
     where = spec.path + (f" (subPath {spec.sub_path})" if spec.sub_path else "")
     try:
-        return open_folder(Path(spec.path), spec.sub_path)
+        # The path is checked against the allowed roots (symlinks resolved) and opened without
+        # following a symlink below its root; the subPath below it never through one either.
+        return open_sub_folder(access.open_folder(spec.path), spec.sub_path)
     except FileNotFoundError:
         raise NotFound(
             f"volume folder {where} does not exist; check path and subPath, and that the "
@@ -140,7 +146,7 @@ def _open(spec: VolumeSource) -> int:
 
 
 async def sync_volume(spec: VolumeSource, ctx: SyncContext) -> Revision:
-    root_fd = await ctx.blocking(_open, spec)
+    root_fd = await ctx.blocking(_open, spec, ctx.volumes)
     try:
         try:
             live_id = await ctx.blocking(describe_tree, root_fd)

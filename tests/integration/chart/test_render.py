@@ -93,6 +93,7 @@ def test_defaults_are_accepted_by_the_apiserver(
     assert container["command"] == ["taskhandler-operator"] and container["args"] == ["run"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     env = env_of(deployment)
     assert env["THOP_DATABASE_URL_FILE"] == "/etc/taskhandler-operator/database/url"
@@ -180,6 +181,29 @@ def test_crds_off_and_not_kept_and_a_pvc(kube_cluster: KubeCluster, render: Rend
     one(objects, "PersistentVolumeClaim")
     crd = one(render("--set", "crds.keep=false"), "CustomResourceDefinition")
     assert "annotations" not in crd["metadata"]
+
+
+def test_volume_roots_and_their_mounts(kube_cluster: KubeCluster, render: Render) -> None:
+    """A PersistentVolumeClaim of bundles mounted read-only and allowed as a volume root."""
+    objects = render(
+        "--set", "volumeSources.roots={/bundles,/shared}",
+        "--set", "extraVolumes[0].name=bundles",
+        "--set", "extraVolumes[0].persistentVolumeClaim.claimName=airflow-bundles",
+        "--set", "extraVolumeMounts[0].name=bundles",
+        "--set", "extraVolumeMounts[0].mountPath=/bundles",
+        "--set", "extraVolumeMounts[0].readOnly=true",
+    )  # fmt: skip
+    dry_run(kube_cluster, objects)
+    deployment = one(objects, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert env_of(deployment)["THOP_VOLUME_ROOTS"] == "/bundles,/shared"
+    assert {"name": "bundles", "persistentVolumeClaim": {"claimName": "airflow-bundles"}} in (
+        pod["volumes"]
+    )
+    mounts = pod["containers"][0]["volumeMounts"]
+    assert {"name": "bundles", "mountPath": "/bundles", "readOnly": True} in mounts
+    # By default no root: the operator refuses every volume source.
+    assert "THOP_VOLUME_ROOTS" not in env_of(one(render(), "Deployment"))
 
 
 def test_the_probe_network_policy_allows_only_the_artifact_port_and_dns(render: Render) -> None:
@@ -271,6 +295,8 @@ REFUSED: list[tuple[tuple[str, ...], str]] = [
     (("--set", "priorityClassName=Not_A_Name"), "/priorityClassName"),
     (("--set", "rbac.aggregateClusterRoles=yes"), "/rbac/aggregateClusterRoles"),
     (("--set-json", 'topologySpreadConstraints=[{"maxSkew": 1}]'), "/topologySpreadConstraints/0"),
+    (("--set", "volumeSources.roots={bundles}"), "/volumeSources/roots/0"),
+    (("--set", "extraVolumeMounts[0].name=b"), "/extraVolumeMounts/0"),
 ]
 
 

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
+import threading
+import time
+import urllib.error
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -17,7 +22,9 @@ from taskhandler_operator.controller.health import (
     HealthServer,
     HealthState,
     Heartbeat,
+    PassWatch,
     Readiness,
+    tick,
 )
 from taskhandler_operator.controller.kubeapi import KubeApi
 from taskhandler_operator.controller.leader import ElectionConfig, LeaderElector
@@ -98,6 +105,59 @@ async def test_liveness_follows_armed_heartbeats() -> None:
         elector.beat()
         status, body, _ = await get("/healthz")
         assert status == 503 and body["heartbeats"]["watch"]["ok"] is False  # a dead watcher
+
+
+def _get_from_another_thread(port: int) -> tuple[int, Any]:
+    """GET /healthz with a blocking client (the test's event loop is the one being blocked)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+async def test_a_blocked_event_loop_reads_as_a_named_503() -> None:
+    """The server answers from its own thread: a loop that stopped running its ticker is a
+    stale ``event-loop`` check, not a probe timeout."""
+    state = HealthState()
+    beat = state.add(Heartbeat("event-loop", 0.5))
+    ticker = asyncio.create_task(tick(beat, 0.05))
+    server = HealthServer(state, CollectorRegistry(), host="127.0.0.1", port=0)
+    port = await server.start()
+    try:
+        await asyncio.sleep(0.2)
+        assert (await asyncio.to_thread(_get_from_another_thread, port))[0] == 200
+        answers: list[tuple[int, Any]] = []
+
+        def later() -> None:
+            time.sleep(1.0)  # the loop has been blocked for a second by then
+            answers.append(_get_from_another_thread(port))
+
+        probe = threading.Thread(target=later)
+        probe.start()
+        time.sleep(1.5)  # noqa: ASYNC251 - blocking the loop is the point
+        probe.join(5)
+        status, body = answers[0]
+        assert status == 503 and body["heartbeats"]["event-loop"]["ok"] is False
+        await asyncio.sleep(0.2)  # the loop runs again: so does the ticker
+        assert (await asyncio.to_thread(_get_from_another_thread, port))[0] == 200
+    finally:
+        ticker.cancel()
+        await server.stop()
+
+
+async def test_an_idle_operator_is_live_whatever_the_clock_says() -> None:
+    clock = Clock()
+    state = HealthState()
+    watch = state.add(PassWatch("reconcilers", 600, clock=clock))
+    async with serving(state) as get:
+        clock.now += 7 * 86400  # a week without a single pass
+        status, body, _ = await get("/healthz")
+        assert status == 200 and body["heartbeats"]["reconcilers"]["ageSeconds"] == 0.0
+        with watch.busy(("ns", "stuck")):
+            clock.now += 601
+            status, body, _ = await get("/healthz")
+            assert status == 503 and body["heartbeats"]["reconcilers"]["ok"] is False
 
 
 async def test_readiness_needs_started_live_and_leading() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from taskhandler_operator.sources.access import VolumeAccess
 from taskhandler_operator.sources.models import Revision
 from taskhandler_operator.sources.spec import SourceSpec
 from taskhandler_operator.sources.store import RevisionStore
@@ -35,6 +36,8 @@ async def sync_source(
     bundle: str = "bundle",
     within: float = 60.0,
 ) -> Revision:
+    # The tests' volume folders sit next to the store, in the test's tmp_path.
+    volumes = VolumeAccess.for_operator([store.root.parent], store=store.root)
     return await sync(
         SourceSpec.model_validate(source),
         credentials,
@@ -42,6 +45,7 @@ async def sync_source(
         namespace=NAMESPACE,
         bundle=bundle,
         timeout=within,
+        volumes=volumes,
     )
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from taskhandler_operator.sources import mirrors
 from taskhandler_operator.sources.errors import (
     ArchiveRefused,
     AuthenticationFailed,
@@ -26,6 +27,8 @@ from taskhandler_operator.sources.errors import (
     SourceTimeout,
     UnsupportedContent,
 )
+from taskhandler_operator.sources.git import mirror_path
+from taskhandler_operator.sources.locks import try_file_lock
 from taskhandler_operator.sources.store import RevisionStore
 from tests.fixtures.sources import (
     HTTP_USER,
@@ -34,6 +37,7 @@ from tests.fixtures.sources import (
     GitRepo,
     HttpServer,
     SshServer,
+    make_repo,
     run_git,
 )
 from tests.integration.sources.conftest import NAMESPACE, fingerprint, read_tree, sync_source
@@ -419,8 +423,9 @@ def spy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Spy]:
 
 
 def credential_folders(temp: Path) -> list[Path]:
-    """Private credential folders (``thop-git-*``) still present in ``temp``."""
-    return list(temp.glob("thop-git-*"))
+    """Private credential folders (``thop-git-*``) still present in ``temp`` (in the folder
+    volume sources may not read, sources/git.py: credentials_dir)."""
+    return list(temp.rglob("thop-git-*"))
 
 
 def secrets_in(text: bytes, planted: list[str]) -> list[str]:
@@ -503,3 +508,63 @@ async def test_lock_files_left_by_a_killed_git_are_cleared(
     revision = await sync_source(store, git(url), BASIC)
     assert revision.id == newer
     assert list(mirror.glob("*.lock")) == [] and list((mirror / "refs").glob("**/*.lock")) == []
+
+
+# -- the mirror cache ------------------------------------------------------------------------
+
+
+def mirrors_in(store: RevisionStore) -> list[str]:
+    """Every entry of the mirrors folder (mirrors, their users folders, their lock files)."""
+    folder = store.mirrors_dir
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+async def test_a_mirror_goes_with_the_last_bundle_that_uses_it(
+    git_repo: GitRepo, source_http: HttpServer, store: RevisionStore, tmp_path: Path
+) -> None:
+    git_repo.commit(FILES)
+    other = make_repo(source_http.root / "git", f"other-{os.getpid()}", tmp_path)
+    other.commit({"a.txt": "a"})
+    first, second = git_repo.http_url(source_http), other.http_url(source_http)
+    await sync_source(store, git(first), BASIC, bundle="a")
+    await sync_source(store, git(first), BASIC, bundle="b")
+    await sync_source(store, git(second), BASIC, bundle="c")
+    one, two = mirror_path(store.cache_dir, first).name, mirror_path(store.cache_dir, second).name
+    assert {one, two} <= set(mirrors_in(store))
+
+    await store.delete_bundle(NAMESPACE, "a")
+    assert one in mirrors_in(store)  # b still uses it
+    # c moves to the first URL: the second mirror has no user left.
+    await sync_source(store, git(first), BASIC, bundle="c")
+    assert two not in mirrors_in(store) and f"{two}.users" not in mirrors_in(store)
+    await store.delete_bundle(NAMESPACE, "b")
+    await store.delete_bundle(NAMESPACE, "c")
+    assert mirrors_in(store) == []
+    # A new sync of a pruned URL fetches into a new mirror.
+    revision = await sync_source(store, git(first), BASIC, bundle="d")
+    assert read_tree(revision.path) == {k: v.encode() for k, v in FILES.items()}
+
+
+async def test_mirrors_nobody_uses_are_removed_when_the_store_opens(
+    git_repo: GitRepo, source_http: HttpServer, store: RevisionStore
+) -> None:
+    git_repo.commit(FILES)
+    url = git_repo.http_url(source_http)
+    await sync_source(store, git(url), BASIC, bundle="a")
+    await sync_source(store, git(url), BASIC, bundle="b")
+    mirror = mirror_path(store.cache_dir, url)
+    # A mirror made before users were recorded (or whose users went in a crash).
+    legacy = mirror.with_name("0" * 32)
+    run_git("init", "-q", "--bare", str(legacy))
+    await RevisionStore(store.root).open()
+    assert sorted(mirrors_in(store)) == sorted(
+        [mirror.name, f"{mirror.name}.lock", f"{mirror.name}.users"]
+    )
+    # Held by a sync (its lock taken): not removed, whatever the users say.
+    for name in ("a", "b"):
+        (mirrors.users_dir(mirror) / f"{NAMESPACE}_{name}").unlink()
+    with try_file_lock(mirrors.lock_path(mirror)) as locked:
+        assert locked
+        assert mirrors.prune_mirror(mirror) is False
+    assert mirrors.prune_mirror(mirror) is True
+    assert mirrors_in(store) == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -132,3 +133,43 @@ async def test_sub_path_through_a_symlink_is_refused(
     (folder / "sneaky").symlink_to(tmp_path)
     with pytest.raises(ArchiveRefused, match="symlink"):
         await sync_source(store, volume(folder, "sneaky"))
+
+
+async def test_a_volume_outside_the_allowed_roots_is_refused_and_nothing_is_written(
+    store: RevisionStore, folder: Path, tmp_path: Path
+) -> None:
+    from taskhandler_operator.sources.access import VolumeAccess
+    from taskhandler_operator.sources.errors import VolumeNotAllowed
+    from taskhandler_operator.sources.spec import SourceSpec
+    from taskhandler_operator.sources.sync import sync
+
+    victim = await sync_source(store, volume(folder, "bundles"), bundle="victim")
+    before = fingerprint(store.root)
+    (folder / "to-store").symlink_to(store.root)
+    allowed = VolumeAccess.for_operator([folder], store=store.root)
+    cases = [
+        (None, folder, "allows no volume sources"),  # the default: no roots
+        (allowed, tmp_path, "overlaps"),  # holds the store
+        (allowed, victim.path, "overlaps"),  # another bundle's revision
+        (allowed, folder / "to-store" / NAMESPACE, "resolves to"),
+        (allowed, Path("/proc/self"), "overlaps /proc"),
+    ]
+    for access, path, words in cases:
+        with pytest.raises(VolumeNotAllowed, match=words):
+            await sync(
+                SourceSpec.model_validate(volume(path)),
+                None,
+                store,
+                namespace=NAMESPACE,
+                bundle="intruder",
+                timeout=30,
+                volumes=access,
+            )
+    after = fingerprint(store.root)
+
+    # Only the intruder's own (empty) bundle folder and its lock file appeared.
+    def others(found: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in found.items() if "intruder" not in k and k != NAMESPACE}
+
+    assert others(after) == others(before)
+    assert not [k for k in after if k.startswith(f"{NAMESPACE}/intruder/") and "/." not in k]

@@ -159,13 +159,28 @@ async def test_reasons_are_bounded() -> None:
     assert reasons[-1] == "and 10 more"
 
 
-async def test_wakeups_registry_keeps_an_early_wake_for_a_late_reconciler() -> None:
+async def test_wakeups_registry_holds_running_reconcilers_only() -> None:
     wakeups = Wakeups()
-    wakeups.wake("ns", "a", "created")  # before the daemon started
-    assert await wakeups.get("ns", "a").sleep_or_wake(0) == ("created",)
+    wakeups.wake("ns", "a", "created")  # before the daemon started: its first pass covers it
+    assert len(wakeups) == 0
+    wakeup = wakeups.get("ns", "a")
+    wakeups.wake("ns", "a", "spec changed")
+    assert await wakeup.sleep_or_wake(0) == ("spec changed",)
     wakeups.wake_all("stub inventory changed")
     assert await wakeups.get("ns", "a").sleep_or_wake(0) == ("stub inventory changed",)
     wakeups.discard("ns", "a")
+    assert len(wakeups) == 0
+
+
+def test_waking_a_deleted_bundle_leaves_no_entry_behind() -> None:
+    """delete_bundle wakes the bundle (so its loop notices the stop), a late Job event wakes
+    the owner: after the reconciler exited, neither may re-create its entry."""
+    wakeups = Wakeups()
+    for i in range(1000):
+        wakeups.get("ns", f"b{i}")
+        wakeups.discard("ns", f"b{i}")  # the reconciler exits
+        wakeups.wake("ns", f"b{i}", "deleted")
+        wakeups.wake("ns", f"b{i}", "probe Job x finished")
     assert len(wakeups) == 0
 
 

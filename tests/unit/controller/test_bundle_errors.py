@@ -23,11 +23,13 @@ from taskhandler_operator.controller.bundle import (
     LiveStatus,
     run_bundle,
 )
+from taskhandler_operator.controller.health import PassWatch
 from taskhandler_operator.controller.kubeapi import merge_patch_to
 from taskhandler_operator.reconcile.local import LocalFolderSyncer
 from taskhandler_operator.reconcile.models import BundleSpec
 from taskhandler_operator.reconcile.steps import PassOutcome, PassPorts
 from taskhandler_operator.reconcile.steps import run_pass as real_run_pass
+from taskhandler_operator.sources.access import VolumeAccess
 from tests.unit.reconcile.test_steps import SPEC, FakeProber, FakeStore, etl, handler
 from tests.unit.reconcile.test_steps import bundle as bundle  # the fixture: a bundle folder
 
@@ -130,7 +132,7 @@ def runtime(api: FakeApiserver, wakeup: Wakeup) -> Any:
         kube=api,
         metrics=Metrics(),
         wakeups=SimpleNamespace(get=lambda ns, name: wakeup, discard=lambda ns, name: None),
-        reconciler_heartbeat=SimpleNamespace(beat=lambda: None),
+        reconciler_heartbeat=PassWatch("reconcilers", 60.0),
         poller=nothing,
         slots=nothing,
         revisions=None,
@@ -141,6 +143,7 @@ def runtime(api: FakeApiserver, wakeup: Wakeup) -> Any:
         options=SimpleNamespace(cluster_id="c1", operator_image="img", pod_settings=None),
         settings=SimpleNamespace(pass_timeout=None),
         fence=None,
+        volumes=VolumeAccess(),
     )
 
 

@@ -20,6 +20,7 @@ from taskhandler_operator.controller.bundle import (
     PassReport,
     run_bundle,
 )
+from taskhandler_operator.controller.health import PassWatch
 from taskhandler_operator.kube.status import TaskHandlerBundleStatus
 
 
@@ -65,7 +66,7 @@ def fake_runtime(wakeup: FakeWakeup) -> Any:
     nothing = SimpleNamespace(forget=lambda key: None)
     return SimpleNamespace(
         wakeups=SimpleNamespace(get=lambda ns, name: wakeup, discard=lambda ns, name: None),
-        reconciler_heartbeat=SimpleNamespace(beat=lambda: None),
+        reconciler_heartbeat=PassWatch("reconcilers", 60.0),
         poller=nothing,
         slots=nothing,
     )

@@ -54,7 +54,8 @@ def login_handler(namespaces: tuple[str, ...], kubeconfig: str | None = "set") -
     return handlers[0].fn
 
 
-@pytest.mark.parametrize(("namespaces", "watches"), [((), 2), (("a",), 2), (("a", "b", "c"), 6)])
+# Three watch streams per scope: bundles, probe Jobs and probe pods.
+@pytest.mark.parametrize(("namespaces", "watches"), [((), 3), (("a",), 3), (("a", "b", "c"), 9)])
 def test_login_gives_kopf_a_session_with_a_bounded_pool(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, namespaces: tuple[str, ...], watches: int
 ) -> None:
@@ -98,7 +99,7 @@ def test_the_service_account_login_is_bounded_too(monkeypatch: pytest.MonkeyPatc
             assert (result.server, result.default_namespace) == ("https://10.96.0.1:443", "o")
             assert session.headers["Authorization"] == "Bearer sa"
             assert session.connector is not None
-            assert session.connector.limit == KOPF_REQUEST_CONNECTIONS + 2
+            assert session.connector.limit == KOPF_REQUEST_CONNECTIONS + 3
         finally:
             await session.close()
 

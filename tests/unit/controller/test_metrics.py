@@ -107,3 +107,22 @@ def test_exposition_names(metrics: Metrics) -> None:
         "# TYPE taskhandler_operator_leader gauge",
     ):
         assert name in text
+
+
+def test_tracked_entries_are_read_at_each_scrape(metrics: Metrics) -> None:
+    sizes = {"wakeups": 3}
+    metrics.track("wakeups", lambda: sizes["wakeups"])
+    metrics.set_ready("ns", "a", True)
+    metrics.set_bindings("ns", "a", 1)
+    metrics.set_ready("ns", "b", True)
+    assert metrics.bundle_series() == 3
+    assert 'taskhandler_operator_tracked_entries{structure="wakeups"} 3.0' in (
+        generate_latest(metrics.registry).decode()
+    )
+    sizes["wakeups"] = 0
+    metrics.remove_bundle("ns", "a")
+    metrics.remove_bundle("ns", "b")
+    assert metrics.bundle_series() == 0
+    assert 'taskhandler_operator_tracked_entries{structure="wakeups"} 0.0' in (
+        generate_latest(metrics.registry).decode()
+    )

@@ -7,13 +7,16 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 from taskhandler_operator.artifacts.models import Candidate, Language
 from taskhandler_operator.controller.backoff import Backoff, ProbeRetries
 from taskhandler_operator.controller.probing import JobProber
+from taskhandler_operator.kube.probe_job import BundleIdentity
 from taskhandler_operator.kube.status import MAX_ITEM_MESSAGE_CHARS
 from taskhandler_operator.reconcile.models import ProbeAccepted, ProbeFailed, ProbeRequest
+from taskhandler_operator.sources.store import RevisionStore
 
 
 class Scripted(JobProber):
@@ -24,6 +27,8 @@ class Scripted(JobProber):
         self.calls = 0
         self.codes = {}
         self.retries = retries
+        self.bundle = BundleIdentity("ns", "b", "uid", "b")
+        self.artifacts = cast(Any, SimpleNamespace(store=RevisionStore(Path("/nonexistent"))))
 
     async def _probe(self, request: ProbeRequest) -> ProbeAccepted | ProbeFailed:
         self.calls += 1

@@ -17,11 +17,16 @@ from taskhandler_operator.kube.probe_job import (
     ProbePhase,
     ProbePodSettings,
     ProbeTarget,
+    adoptable,
     build_probe_job,
     job_outcome,
+    job_view,
+    pod_settled,
+    pod_view,
     probe_job_name,
     probe_job_selector,
     read_probe_target,
+    template_hash,
 )
 from taskhandler_operator.kube.spec import ProbeSpec, TaskHandlerBundleSpec
 from taskhandler_operator.protocol.summary import ProbeErrorKind, ProbeSummary
@@ -72,13 +77,14 @@ def test_job_identity_owner_labels_and_annotations() -> None:
             "blockOwnerDeletion": True,
         }
     ]
-    assert meta["labels"] == {
+    identity = {
         "app.kubernetes.io/managed-by": "taskhandler-operator",
         "app.kubernetes.io/name": "taskhandler-probe",
         "langsdk.dev/bundle": "etl",
         "langsdk.dev/bundle-uid": BUNDLE.uid,
     }
-    assert job["spec"]["template"]["metadata"]["labels"] == meta["labels"]
+    assert meta["labels"] == {**identity, "langsdk.dev/pod-template-hash": template_hash(request())}
+    assert job["spec"]["template"]["metadata"]["labels"] == identity
     assert read_probe_target(job) == TARGET
     assert probe_job_selector(BUNDLE) == (
         "app.kubernetes.io/managed-by=taskhandler-operator,"
@@ -98,6 +104,44 @@ def test_name_is_stable_and_changes_with_each_identity_part() -> None:
         probe_job_name(BundleIdentity("team-b", "etl", BUNDLE.uid, "etl-bundle"), TARGET),
     }
     assert name not in others and len(others) == 5
+
+
+def test_the_name_changes_with_everything_that_shapes_the_pod() -> None:
+    """A fixed spec (more memory, a longer timeout, another image or node) gets a new Job; the
+    old failed one, kept for its TTL, is never adopted in its place (issue 20, item 5)."""
+    base = build_probe_job(request())
+    changed = [
+        request(probe=ProbeSpec.model_validate({"resources": {"limits": {"memory": "1Gi"}}})),
+        request(probe=ProbeSpec.model_validate({"timeout": "5m"})),
+        request(runtime_image="registry.local/other:2.0"),
+        request(operator_image="registry.local/taskhandler-operator:1.1"),
+        request(probe=ProbeSpec.model_validate({"nodeSelector": {"pool": "probes"}})),
+        request(settings=ProbePodSettings(run_as_user=1000)),
+        request(files=[FetchFile("bin/etl", fetch_file().url, "f" * 64, 4096)]),
+    ]
+    names = {build_probe_job(r)["metadata"]["name"] for r in changed}
+    assert base["metadata"]["name"] not in names and len(names) == len(changed)
+    for r in changed:
+        job = build_probe_job(r)
+        assert len(job["metadata"]["name"]) <= 63 and DNS_1123_LABEL.match(job["metadata"]["name"])
+        assert not adoptable(base, job) and not adoptable(job, base)
+
+
+def test_the_name_ignores_the_download_urls_signed_afresh_each_pass() -> None:
+    resigned = FetchFile("bin/etl", "http://thop.svc:8080/f/bin/etl?sig=y&exp=2", "d" * 64, 4096)
+    first, again = build_probe_job(request()), build_probe_job(request(files=[resigned]))
+    assert first["metadata"] == again["metadata"]
+    assert adoptable(again, first)
+
+
+def test_a_job_of_another_owner_or_without_the_hash_is_not_adoptable() -> None:
+    job = build_probe_job(request())
+    unlabelled = json.loads(json.dumps(job))
+    del unlabelled["metadata"]["labels"]["langsdk.dev/pod-template-hash"]
+    foreign = json.loads(json.dumps(job))
+    foreign["metadata"]["ownerReferences"][0]["uid"] = "someone-else"
+    assert adoptable(job, job)
+    assert not adoptable(unlabelled, job) and not adoptable(foreign, job)
 
 
 @pytest.mark.parametrize(
@@ -511,3 +555,55 @@ def test_running_job_says_where_it_is(
     outcome = job_outcome(job_json(), pod)
     assert (outcome.phase, outcome.reason, outcome.message) == (ProbePhase.RUNNING, reason, message)
     assert not outcome.finished
+
+
+# --- the watch's views ---------------------------------------------------------------------------
+
+
+def _full_pod(pod: dict[str, Any], phase: str | None = None) -> dict[str, Any]:
+    """A pod as the API serves it: the fields the view drops as well."""
+    full: dict[str, Any] = json.loads(json.dumps(pod))
+    full["metadata"] = {
+        "name": "etl-etl-0123456789-abcde",
+        "namespace": "team-a",
+        "creationTimestamp": "2026-01-01T00:00:00Z",
+        "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}],
+        "labels": {"batch.kubernetes.io/job-name": "etl-etl-0123456789"},
+    }
+    full["spec"]["containers"][0]["command"] = ["taskhandler-operator", "probe", "x" * 1000]
+    full["spec"]["volumes"] = [{"name": "bundle", "emptyDir": {}}]
+    if phase:
+        full["status"]["phase"] = phase
+    return full
+
+
+@pytest.mark.parametrize(
+    ("job", "pod"),
+    [
+        (job_json(("Complete", "Completed")), pod_json(terminated(0, OK_SUMMARY, "Completed"))),
+        (job_json(("Failed", "BackoffLimitExceeded")), pod_json(terminated(137, "", "OOMKilled"))),
+        (job_json(("Failed", "DeadlineExceeded")), pod_json({"running": {}}, FETCHED)),
+        (job_json(("Failed", "BackoffLimitExceeded")), pod_json(fetch=terminated(1, "403"))),
+        (job_json(), pod_json(fetch={"running": {}})),
+        (job_json(), pod_json(conditions=[{"type": "PodScheduled", "status": "False"}])),
+        (job_json(("Failed", "BackoffLimitExceeded")), pod_json(reason="Evicted")),
+    ],
+)
+def test_the_watch_views_read_as_the_whole_objects(
+    job: dict[str, Any], pod: dict[str, Any]
+) -> None:
+    """The index keeps views, not objects: every outcome reads the same from them."""
+    full = _full_pod(pod)
+    assert job_outcome(job_view(job), pod_view(full), "tail") == job_outcome(job, full, "tail")
+    view = pod_view(full)
+    assert "managedFields" not in view["metadata"] and "volumes" not in view["spec"]
+    assert "command" not in view["spec"]["containers"][0]
+
+
+def test_a_finished_job_waits_for_its_pod_to_end_unless_its_deadline_ended_it() -> None:
+    done = job_json(("Complete", "Completed"))
+    running = pod_view(_full_pod(pod_json({"running": {}}), "Running"))
+    ended = pod_view(_full_pod(pod_json(terminated(0, OK_SUMMARY, "Completed")), "Succeeded"))
+    assert not pod_settled(done, running) and not pod_settled(done, None)
+    assert pod_settled(done, ended)
+    assert pod_settled(job_json(("Failed", "DeadlineExceeded")), running)

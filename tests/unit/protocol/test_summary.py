@@ -379,3 +379,67 @@ def test_the_summary_json_leaves_out_what_is_unset() -> None:
     text = ProbeSummary(status="ok", artifact="a", language="go").to_json()
     assert "null" not in text
     assert json.loads(text)["status"] == "ok"
+
+
+# --- the streamed reader ---------------------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from taskhandler_operator.protocol.summary import (  # noqa: E402
+    ResultScanner,
+)
+
+_LINES = st.lists(
+    st.one_of(
+        st.just(RESULT_MARKER),
+        st.just(RESULT_MARKER + "\r"),
+        st.text(alphabet="ab\r{}", max_size=12),
+    ),
+    max_size=12,
+)
+
+
+def _scan(data: bytes, cuts: list[int], max_line: int) -> ResultScanner:
+    scanner = ResultScanner(max_line)
+    start = 0
+    for cut in sorted(c % (len(data) + 1) for c in cuts):
+        scanner.feed(data[start:cut])
+        start = cut
+    scanner.feed(data[start:])
+    scanner.finish()
+    return scanner
+
+
+@given(_LINES, st.lists(st.integers(min_value=0), max_size=6))
+@settings(max_examples=300, deadline=None)
+def test_the_scanner_finds_what_the_whole_log_reader_finds(
+    lines: list[str], cuts: list[int]
+) -> None:
+    """Fed in any chunks, the streamed reader agrees with :func:`find_result_line` on the whole
+    text (lines cut at "\\n" only)."""
+    text = "\n".join(lines)
+    scanner = _scan(text.encode(), cuts, max_line=64)
+    expected = find_result_line(text.split("\n"))
+    assert (None if scanner.found is None else scanner.found.decode()) == expected
+    assert scanner.bytes_read == len(text.encode())
+
+
+def test_the_scanner_keeps_only_the_result_line_of_a_huge_log() -> None:
+    noise = b"y" * (1 << 20)
+    result = b'{"dag_handlers":{}}'
+    scanner = ResultScanner(len(result))
+    for _ in range(16):  # 16 MiB of noise lines, and one endless line, before the result
+        scanner.feed(noise + b"\n")
+    scanner.feed(noise * 4)
+    scanner.feed(b"\n" + RESULT_MARKER.encode() + b"\n" + result + b"\nbye\n")
+    assert scanner.finish() == result
+    # What it held at most: a marker-long piece of any line, or the result line.
+    assert scanner.peak <= len(RESULT_MARKER) + 16
+    assert scanner.bytes_read > 20 * (1 << 20)
+
+
+def test_a_result_line_longer_than_expected_is_not_kept() -> None:
+    scanner = ResultScanner(8)
+    scanner.feed(RESULT_MARKER.encode() + b"\n" + b"x" * 100 + b"\n")
+    assert scanner.finish() is None and scanner.found_too_long
