@@ -383,7 +383,8 @@ def chart_operator(
         extra=(
             f"clusterId={CLUSTER_ID}",
             f"probe.parallelism={parallelism}",
-            f"probe.runtimeImages.typescript={NODE_IMAGE}",
+            f"probe.runtimeImages.typescript.repository={NODE_IMAGE.rsplit(':', 1)[0]}",
+            f"probe.runtimeImages.typescript.tag={NODE_IMAGE.rsplit(':', 1)[1]}",
             f"volumeSources.roots={{{volumes}}}",
         ),
     )

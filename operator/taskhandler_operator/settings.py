@@ -34,6 +34,7 @@ ENV_PREFIX = "THOP_"
 Port = Annotated[int, Field(ge=1, le=65535)]
 LogFormat = Literal["json", "text"]
 LogLevel = Literal["debug", "info", "warning", "error"]
+PullPolicy = Literal["Always", "IfNotPresent", "Never"]
 #: As sources.signing.MIN_KEY_BYTES (settings import nothing of the product's packages).
 MIN_SIGNING_KEY_BYTES = 32
 SECRET_FILE_MAX_BYTES = 64 << 10  # a URL or a key: a larger file is a mistake
@@ -168,6 +169,11 @@ class Settings(BaseSettings):
     )
     probe_parallelism: int = Field(
         default=4, ge=1, le=256, description="probe Jobs running at once, all bundles together"
+    )
+    probe_image_pull_policy: PullPolicy | None = Field(
+        default=None,
+        description="imagePullPolicy of the probe Jobs' containers (Always, IfNotPresent or "
+        "Never); default: Kubernetes' (Always for :latest, else IfNotPresent)",
     )
     metrics_port: Port = Field(default=8080, description="Prometheus metrics port")
     health_port: Port = Field(default=8081, description="liveness/readiness probe port")

@@ -84,5 +84,7 @@ def test_the_charts_default_images_are_these_images() -> None:
     values = yaml.safe_load((REPO / "charts" / "taskhandler-operator" / "values.yaml").read_text())
     assert values["image"]["repository"].endswith("/taskhandler-operator")
     images = values["probe"]["runtimeImages"]
-    assert images["java"].rsplit("/", 1)[1].startswith("taskhandler-probe-java:")
-    assert images["typescript"].rsplit("/", 1)[1].startswith("taskhandler-probe-node:")
+    assert images["java"]["repository"].rsplit("/", 1)[1] == "taskhandler-probe-java"
+    assert images["typescript"]["repository"].rsplit("/", 1)[1] == "taskhandler-probe-node"
+    # The tag follows the chart's appVersion, as the operator image's does.
+    assert images["java"]["tag"] == images["typescript"]["tag"] == values["image"]["tag"] == ""

@@ -4,34 +4,70 @@
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* At most 52 characters, so the longest derived name, "<fullname>-db-upgrade" (63), and
+the Job's pods' controller-uid-free names stay valid DNS labels. */}}
 {{- define "thop.fullname" -}}
 {{- if .Values.fullnameOverride -}}
-{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" -}}
 {{- else -}}
 {{- $name := default .Chart.Name .Values.nameOverride -}}
 {{- if contains $name .Release.Name -}}
-{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- .Release.Name | trunc 52 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
 
-{{/* The operator's pods: what the Service, the NetworkPolicies and the Deployment select. */}}
-{{- define "thop.selectorLabels" -}}
+{{/* Name and instance: common to every object of the release. */}}
+{{- define "thop.instanceLabels" -}}
 app.kubernetes.io/name: {{ include "thop.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
-{{- define "thop.labels" -}}
+{{/* The operator's pods: what the Service, the NetworkPolicies and the Deployment select. The
+component keeps the migration Job's pods (component db-upgrade) out of the Service. */}}
+{{- define "thop.selectorLabels" -}}
+{{ include "thop.instanceLabels" . }}
+app.kubernetes.io/component: operator
+{{- end -}}
+
+{{/* Labels of every object; templates add their own component where it differs. */}}
+{{- define "thop.commonLabels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
-{{ include "thop.selectorLabels" . }}
+{{ include "thop.instanceLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
+{{/* Labels of the operator's objects (Deployment, Service, its RBAC, ...). */}}
+{{- define "thop.labels" -}}
+{{ include "thop.commonLabels" . }}
+app.kubernetes.io/component: operator
+{{- end -}}
+
+{{/* An image reference from {repository, tag, digest}: repository@digest when a digest is set
+(it pins the content; the tag is then ignored), else repository:tag, the tag defaulting to the
+chart's appVersion. Called with (list <image values> <root context>). */}}
+{{- define "thop.imageRef" -}}
+{{- $image := index . 0 -}}
+{{- $root := index . 1 -}}
+{{- if $image.digest -}}
+{{- printf "%s@%s" $image.repository $image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $image.repository (default $root.Chart.AppVersion $image.tag) -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "thop.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- include "thop.imageRef" (list .Values.image .) -}}
+{{- end -}}
+
+{{/* imagePullSecrets entries: {name} objects, the shape every mainstream chart takes. */}}
+{{- define "thop.imagePullSecrets" -}}
+{{- range . }}
+- name: {{ .name }}
+{{- end }}
 {{- end -}}
 
 {{- define "thop.serviceAccountName" -}}
@@ -74,21 +110,21 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
+{{/* The security contexts come from values (securityContext, podSecurityContext); their
+defaults are the restricted profile with UID/GID 65532. A key set to null is left out, so the
+platform may choose it (OpenShift's restricted-v2 assigns the UID). */}}
 {{- define "thop.restrictedContainer" -}}
-allowPrivilegeEscalation: false
-readOnlyRootFilesystem: true
-runAsNonRoot: true
-capabilities:
-  drop: ["ALL"]
-seccompProfile:
-  type: RuntimeDefault
+{{- toYaml (.Values.securityContext | default dict) -}}
 {{- end -}}
 
 {{- define "thop.podSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-fsGroup: 65532
-seccompProfile:
-  type: RuntimeDefault
+{{- toYaml (.Values.podSecurityContext | default dict) -}}
+{{- end -}}
+
+{{/* The revision store's claim is ReadWriteOnce: a second replica on another node could never
+mount it, and would be the standby that must take over at once. */}}
+{{- define "thop.checkReplicas" -}}
+{{- if and (gt (int .Values.replicaCount) 1) (eq .Values.revisionStore.type "persistentVolumeClaim") (not .Values.revisionStore.persistentVolumeClaim.existingClaim) -}}
+{{- fail "revisionStore.type=persistentVolumeClaim creates a ReadWriteOnce claim, which only one replica can mount: use replicaCount=1, revisionStore.type=emptyDir, or an existingClaim that is ReadWriteMany" -}}
+{{- end -}}
 {{- end -}}

@@ -18,9 +18,12 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from taskhandler_operator.settings import SettingsError, add_arguments, load_settings
+from taskhandler_operator.settings import Settings, SettingsError, add_arguments, load_settings
+
+if TYPE_CHECKING:
+    from taskhandler_operator.kube.probe_job import ProbePodSettings
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -171,6 +174,15 @@ async def _cluster_id(given: str | None, api_client: Any) -> str:
     return str(ns["metadata"]["uid"])
 
 
+def probe_pod_settings(settings: Settings, service_account: str) -> ProbePodSettings:
+    """The probe pods' settings from the operator's: what the chart's probe values reach."""
+    from taskhandler_operator.kube.probe_job import ProbePodSettings
+
+    return ProbePodSettings(
+        service_account=service_account, image_pull_policy=settings.probe_image_pull_policy
+    )
+
+
 async def _main(
     settings: Any, args: argparse.Namespace, lease_namespace: str, redactor: Any
 ) -> int:
@@ -186,7 +198,6 @@ async def _main(
         build_registry,
         configure,
     )
-    from taskhandler_operator.kube.probe_job import ProbePodSettings
 
     if args.kubeconfig:
         os.environ["KUBECONFIG"] = args.kubeconfig  # kopf's login reads it
@@ -196,7 +207,7 @@ async def _main(
         cluster_id=cluster_id,
         operator_image=args.operator_image,
         health_host=args.health_host,
-        pod_settings=ProbePodSettings(service_account=args.probe_service_account),
+        pod_settings=probe_pod_settings(settings, args.probe_service_account),
     )
     metrics = Metrics()
     health = HealthState()

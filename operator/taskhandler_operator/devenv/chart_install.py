@@ -19,8 +19,8 @@ CHART: Final = Path(__file__).resolve().parents[3] / "charts" / "taskhandler-ope
 IMAGE_REPOSITORY: Final = "registry.local/taskhandler-operator"
 IMAGE_TAG: Final = "dev"
 PROBE_IMAGES: Final = {
-    "java": f"{IMAGE_REPOSITORY}-java:{IMAGE_TAG}",
-    "typescript": f"{IMAGE_REPOSITORY}-node:{IMAGE_TAG}",
+    "java": f"{IMAGE_REPOSITORY}-java",
+    "typescript": f"{IMAGE_REPOSITORY}-node",
 }
 CRD_RELEASE_LABEL: Final = "app.kubernetes.io/managed-by=Helm"
 
@@ -51,7 +51,8 @@ def process_node_values(
         f"ports.health={ports.health}",
         f"artifactServer.url=http://127.0.0.1:{ports.artifact_server}",
         "logging.format=text",
-        *(f"probe.runtimeImages.{lang}={image}" for lang, image in PROBE_IMAGES.items()),
+        *(f"probe.runtimeImages.{lang}.repository={repo}" for lang, repo in PROBE_IMAGES.items()),
+        *(f"probe.runtimeImages.{lang}.tag={IMAGE_TAG}" for lang in PROBE_IMAGES),
     ]
     if watch_namespaces:
         values += ["watch.mode=namespaced", f"watch.namespaces={{{','.join(watch_namespaces)}}}"]

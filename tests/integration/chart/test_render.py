@@ -103,7 +103,8 @@ def test_defaults_are_accepted_by_the_apiserver(
     )
     assert env["THOP_CLUSTER_ID"] == "test-cluster"
     assert "THOP_NAMESPACES" not in env  # cluster mode: every namespace
-    assert env["THOP_RUNTIME_IMAGES__JAVA"].endswith("taskhandler-probe-java:0.1.0")
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert env["THOP_RUNTIME_IMAGES__JAVA"].endswith(f"taskhandler-probe-java:{app_version}")
     assert "THOP_DATABASE_URL" not in env  # only ever the file
     probe_sa = one(objects, "ServiceAccount", "taskhandler-probe")
     assert probe_sa["automountServiceAccountToken"] is False
@@ -268,7 +269,8 @@ REFUSED: list[tuple[tuple[str, ...], str]] = [
     (("--set", "watch.mode=everywhere"), "/watch/mode"),
     (("--set", "watch.mode=namespaced"), "/watch/namespaces"),
     (("--set", "unknownTopLevel=1"), "additional properties 'unknownTopLevel' not allowed"),
-    (("--set", "image.digest=sha256:abc"), "additional properties 'digest' not allowed"),
+    (("--set", "image.digest=sha256:abc"), "/image/digest"),
+    (("--set", "image.tag=v1 with spaces"), "/image/tag"),
     (
         ("--set", "revisionStore.persistentVolumeClaim.accessMode=RWX"),
         "additional properties 'accessMode' not allowed",
@@ -281,7 +283,18 @@ REFUSED: list[tuple[tuple[str, ...], str]] = [
     (("--set", "logging.format=xml"), "/logging/format"),
     (("--set", "crds.enabled=maybe"), "/crds/enabled"),
     (("--set", "revisionStore.type=hostPath"), "/revisionStore/type"),
-    (("--set", "imagePullSecrets[0].name=regcred"), "/imagePullSecrets/0"),
+    # Pull Secrets are {name} objects now (the chart README's upgrade notes).
+    (("--set", "imagePullSecrets={regcred}"), "/imagePullSecrets/0"),
+    (("--set", "imagePullSecrets[0].secret=regcred"), "/imagePullSecrets/0"),
+    (("--set", "probe.imagePullSecrets={regcred}"), "/probe/imagePullSecrets/0"),
+    (("--set", "probe.imagePullPolicy=Sometimes"), "/probe/imagePullPolicy"),
+    (("--set", "probe.runtimeImages.java=java:21"), "/probe/runtimeImages/java"),
+    (("--set", "probe.runtimeImages.java.digest=latest"), "/probe/runtimeImages/java/digest"),
+    (("--set", "podSecurityContext.runAsUsr=1"), "additional properties 'runAsUsr' not allowed"),
+    (("--set", "securityContext.privileged=maybe"), "/securityContext/privileged"),
+    (("--set", "priorityClassName=Not_A_Name"), "/priorityClassName"),
+    (("--set", "rbac.aggregateClusterRoles=yes"), "/rbac/aggregateClusterRoles"),
+    (("--set-json", 'topologySpreadConstraints=[{"maxSkew": 1}]'), "/topologySpreadConstraints/0"),
     (("--set", "volumeSources.roots={bundles}"), "/volumeSources/roots/0"),
     (("--set", "extraVolumeMounts[0].name=b"), "/extraVolumeMounts/0"),
 ]

@@ -116,10 +116,16 @@ def _value_keys(values: Any, prefix: str = "") -> set[str]:
 def test_the_schema_describes_exactly_the_values() -> None:
     schema_keys = _schema_keys(SCHEMA)
     value_keys = _value_keys(VALUES)
-    # resources' request/limit names are allowed, not required: drop the optional ones.
+    # resources' request/limit names and the security contexts' Kubernetes fields are allowed,
+    # not required: drop the optional ones.
     missing = value_keys - schema_keys
     assert missing == set(), f"values without a schema: {sorted(missing)}"
-    extra = {k for k in schema_keys - value_keys if not k.endswith(("cpu", "ephemeral-storage"))}
+    optional = ("podSecurityContext.", "securityContext.")
+    extra = {
+        k
+        for k in schema_keys - value_keys
+        if not k.endswith(("cpu", "ephemeral-storage")) and not k.startswith(optional)
+    }
     assert extra == set(), f"schema keys without a value: {sorted(extra)}"
 
 

@@ -25,7 +25,8 @@ def test_cluster_mode_values_use_free_ports_and_the_loopback_artifact_url() -> N
     assert "watch.mode" not in values
     # Java and TypeScript probes run the same probe driver from the venv on the process node.
     for lang in ("java", "typescript"):
-        assert "taskhandler-operator" in values[f"probe.runtimeImages.{lang}"]
+        assert "taskhandler-operator" in values[f"probe.runtimeImages.{lang}.repository"]
+        assert values[f"probe.runtimeImages.{lang}.tag"] == values["image.tag"]
 
 
 def test_namespaced_mode_lists_the_namespaces_and_extra_values_come_last() -> None:
