@@ -47,6 +47,7 @@ def _spec() -> dict[str, list[dict[str, Any]]]:
     return {dag: [{"task_id": "run", "binding": "named", "params": []}] for dag in DAGS}
 
 
+@pytest.mark.timeout(900)  # a runtime build, a probe Job and a re-probe, on a loaded machine
 @pytest.mark.parametrize("language", ["go", "java", "typescript"])
 def test_a_filtering_runtime_binds_and_a_new_dag_reprobes_once(
     language: str,
