@@ -22,6 +22,7 @@ from typing import Any, cast
 
 import psutil
 import sqlalchemy as sa
+import urllib3
 import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
@@ -264,6 +265,10 @@ class JobWatcher:
                         break
             except k8s_client.ApiException:
                 version = ""
+            except (urllib3.exceptions.HTTPError, OSError):
+                # The apiserver may end a watch stream mid-chunk; resume from the last event
+                # seen, or a Job created meanwhile is never measured.
+                time.sleep(0.2)
 
     def _seen(self, job: Any) -> None:
         uid = job.metadata.uid

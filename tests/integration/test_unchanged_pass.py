@@ -182,6 +182,7 @@ async def test_a_recent_inventory_is_reused_and_the_change_it_missed_wakes_the_b
     poller = InventoryPoller(DatabaseStore(engine), wakeups)
     key = (OWNER.namespace, OWNER.name)
     poller.serve(key, frozenset(SPEC.queues))
+    wakeups.get(*key)  # the bundle's loop exists (a wake-up for none is dropped)
     other = (OWNER.namespace, "another-bundle")
     poller.serve(other, frozenset(SPEC.queues))
     ours = BundleStore(poller, key)

@@ -443,11 +443,10 @@ class StatusProgress:
         ]
         if not paths:
             return
+        # No requested_at: lastHandledReconcileAt says a reconcile-now request was carried out,
+        # which only the end of the pass can say (a user waits on it, as on Flux's).
         seen = Observation(
-            generation=self.inputs.generation,
-            now=datetime.now(UTC),
-            requested_at=self.inputs.requested_at,
-            synced_revision=revision,
+            generation=self.inputs.generation, now=datetime.now(UTC), synced_revision=revision
         )
         try:
             new = probing_status(self.old, seen, paths)

@@ -54,8 +54,8 @@ ANSWER_MARGIN = 5.0
 
 # SQLSTATEs for "PostgreSQL rolled the transaction back to let another one proceed".
 _CONFLICT_SQLSTATES = frozenset({"40001", "40P01"})
-# undefined_table, undefined_column: a table or column is gone (an Airflow downgrade).
-_SCHEMA_SQLSTATES = frozenset({"42P01", "42703"})
+# undefined_table: a table is gone (an Airflow downgrade dropped it).
+_SCHEMA_SQLSTATES = frozenset({"42P01"})
 # insufficient_privilege: a missing grant, or an ALTER by a role that does not own the table.
 _PRIVILEGE_SQLSTATE = "42501"
 # SQLSTATEs that say the configuration is wrong: retrying with the same URL cannot help.

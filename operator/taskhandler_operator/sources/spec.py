@@ -54,8 +54,11 @@ _SCP_LIKE = re.compile(r"(?:[A-Za-z0-9._~-]+@)?[A-Za-z0-9.-]+:(?!//)[^\s]+")
 # budget for a 2,048-character string, ``matches`` is not.
 URL_PORT_MESSAGE = "must be a valid URL whose port, if any, is a number from 1 to 65535"
 _PORT = r"0*([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+# Userinfo is let through here on purpose: the model refuses credentials in a URL naming the
+# field only, while an admission refusal would echo the whole value (a password) back to the
+# client and into the apiserver's audit log.
 URL_PATTERN = (
-    r"^[hH][tT][tT][pP][sS]?://(\[[0-9A-Za-z:.%]+\]|[^/?#:\[\]@ ]+)"
+    r"^[hH][tT][tT][pP][sS]?://([^/?#@ ]*@)?(\[[0-9A-Za-z:.%]+\]|[^/?#:\[\]@ ]+)"
     rf"(:({_PORT})?)?([/?#].*)?$"
 )
 _URL = re.compile(URL_PATTERN)

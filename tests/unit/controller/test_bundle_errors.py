@@ -331,3 +331,29 @@ def test_an_artifact_waiting_out_its_probe_back_off_is_not_reported_as_probing(
     memory.probe_retries.settled(candidates[0].rel_path)
     asyncio.run(progress.probing("folder:1", candidates))
     assert [a["path"] for a in api.status["artifacts"]] == [candidates[0].rel_path]  # type: ignore[index]
+
+
+def test_the_probing_status_does_not_claim_a_reconcile_request_handled(bundle: Path) -> None:
+    # lastHandledReconcileAt tells a user waiting on a reconcile-now request that the pass is
+    # done; the Probing write comes before the probes, so it must leave it as it was.
+    from taskhandler_operator.artifacts.listing import list_candidates
+    from taskhandler_operator.artifacts.models import Language
+    from taskhandler_operator.controller.bundle import StatusProgress
+    from taskhandler_operator.kube import names
+    from taskhandler_operator.kube.status import TaskHandlerBundleStatus
+
+    candidates = list_candidates(bundle, Language.TYPESCRIPT).candidates
+    api = FakeApiserver()
+    body = dict(api.body())
+    meta = dict(body["metadata"])
+    meta["annotations"] = {names.ANNOTATION_RECONCILE_REQUESTED_AT: "now-1"}
+    body["metadata"] = meta
+    inputs = BundleInputs.from_body(body)
+    assert inputs.requested_at == "now-1"
+    progress = StatusProgress(
+        inputs, runtime(api, Wakeup(0)), BundleMemory(), TaskHandlerBundleStatus()
+    )
+    asyncio.run(progress.probing("folder:1", candidates))
+    assert progress.written is not None
+    assert progress.written.last_handled_reconcile_at is None
+    assert "lastHandledReconcileAt" not in (api.status or {})
