@@ -129,7 +129,11 @@ def test_commits_change_exactly_what_they_touch(
     new = sorted(set(jobs) - set(first_jobs))
     assert len(new) == 1, (first_jobs, jobs)
     assert job_artifacts(kube_cluster, namespace, new) == ["load"]
-    assert status["counts"]["probed"] == 1 and status["counts"]["cached"] == 2, status["counts"]
+    # The pass that probed "load" says 1 probed, 2 cached; the finished Job's own events may wake
+    # one more pass before this read, which reuses all three answers. Either way exactly one
+    # new Job ran (above), and nothing else was probed.
+    counts = status["counts"]
+    assert (counts["probed"], counts["cached"]) in {(1, 2), (0, 3)}, counts
     assert status["counts"]["handlers"] == 4
     after = probe_revisions(migrated)
     assert after["load"] != before["load"] and after["load"] is not None
