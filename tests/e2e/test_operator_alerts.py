@@ -22,10 +22,11 @@ from __future__ import annotations
 import functools
 import json
 import re
+import subprocess
 import time
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -313,72 +314,100 @@ def test_alerts_fire_per_bundle_namespace_on_the_operators_real_metrics(
     standing_by = wait_for("served a standby's metrics", standing, [standby])
     assert not [n for (n, ls) in samples(standing_by.text) if ("namespace", probed) in ls]
 
+    scenario = Scenario(probed, unsynced, frozenset(kinds), leading, standing_by)
+    # Kept beside promtool's files for a failure's diagnosis (and to replay against a chart).
+    (tmp_path / "scenario.json").write_text(json.dumps(asdict(scenario), default=sorted))
     for kind in ("ServiceMonitor", "PodMonitor"):
-        key = "serviceMonitor" if kind == "ServiceMonitor" else "podMonitor"
-        done = kube_cluster.helm(
-            "template", RELEASE, str(CHART), "-n", RELEASE_NAMESPACE,
-            "--set", "clusterId=e2e", "--set", "database.existingSecret=airflow-db",
-            "--set", f"{key}.enabled=true", "--set", "prometheusRule.enabled=true",
-        )  # fmt: skip
-        objects = [o for o in yaml.safe_load_all(done.stdout) if o]
-        monitor = next(o for o in objects if o["kind"] == kind)
-        groups = next(o for o in objects if o["kind"] == "PrometheusRule")["spec"]["groups"]
-        rules = {r["alert"]: r for g in groups for r in g["rules"]}
-        interval = endpoint_of(monitor)["interval"]
-        steps = SPAN_SECONDS // (int(interval.rstrip("s")) if interval.endswith("s") else 60)
+        evaluate_alerts(kube_cluster.helm, CHART, kind, scenario, tmp_path / kind)
 
-        alerts = functools.partial(expect, rules)
-        bundle_a = {"namespace": probed, "name": NAME}
-        bundle_b = {"namespace": unsynced, "name": NAME}
-        source_b = [{**bundle_b, "source": "git", "kind": k} for k in sorted(kinds)]
-        no_leader = {"TaskHandlerOperatorNoLeader": [{"namespace": RELEASE_NAMESPACE}]}
-        both = input_series([leading, standing_by], objects, monitor, steps)
-        tests = [
-            {
-                "name": f"{kind}: both replicas scraped",
-                "interval": interval,
-                "input_series": both,
-                "alert_rule_test": [
-                    *alerts("10m", {}),
-                    *alerts(
-                        "45m",
-                        {
-                            "TaskHandlerBundleNotReady": [bundle_a, bundle_b],
-                            "TaskHandlerBundleProbeFailures": [bundle_a],
-                            "TaskHandlerBundleSourceErrors": source_b,
-                        },
-                    ),
-                    *alerts(
-                        "70m",
-                        {
-                            "TaskHandlerBundleNotReady": [bundle_a, bundle_b],
-                            "TaskHandlerBundleProbeFailures": [bundle_a],
-                            "TaskHandlerBundleSourceErrors": source_b,
-                            "TaskHandlerBundleNotSynced": [bundle_a],
-                        },
-                    ),
-                ],
-            },
-            {
-                "name": f"{kind}: only the standby scraped (the leader's pod gone)",
-                "interval": interval,
-                "input_series": input_series([standing_by], objects, monitor, steps),
-                "alert_rule_test": [*alerts("5m", {}), *alerts("11m", no_leader)],
-            },
-            {
-                "name": f"{kind}: nothing scraped",
-                "interval": interval,
-                "input_series": [{"series": 'up{job="other"}', "values": f"1+0x{steps}"}],
-                "alert_rule_test": [*alerts("11m", no_leader)],
-            },
-        ]
-        # The hints name each bundle's own namespace (promtool compares its expansion to these).
-        hints = {
-            a["exp_labels"]["namespace"]: a["exp_annotations"]["description"]
-            for a in firing(rules["TaskHandlerBundleNotReady"], bundle_a, bundle_b)
-        }
-        for ns, description in hints.items():
-            assert f"kubectl -n {ns} describe thb {NAME}" in description, description
-        work = tmp_path / kind
-        work.mkdir()
-        promtool_rule_test(work, groups, interval, tests)
+
+@dataclass(frozen=True)
+class Scenario:
+    """What the operator's run produced: the two bundles' namespaces, the source error kinds
+    seen, and both replicas' scrapes."""
+
+    probed: str
+    unsynced: str
+    kinds: frozenset[str]
+    leading: Scrape
+    standing_by: Scrape
+
+
+def evaluate_alerts(
+    helm: Callable[..., subprocess.CompletedProcess[str]],
+    chart: Path,
+    kind: str,
+    scenario: Scenario,
+    work: Path,
+) -> None:
+    """Render ``chart`` with the ``kind`` monitor and the PrometheusRule, store the scrapes as
+    Prometheus would through that monitor, and have promtool check which alerts fire when."""
+    key = "serviceMonitor" if kind == "ServiceMonitor" else "podMonitor"
+    done = helm(
+        "template", RELEASE, str(chart), "-n", RELEASE_NAMESPACE,
+        "--set", "clusterId=e2e", "--set", "database.existingSecret=airflow-db",
+        "--set", f"{key}.enabled=true", "--set", "prometheusRule.enabled=true",
+    )  # fmt: skip
+    objects = [o for o in yaml.safe_load_all(done.stdout) if o]
+    monitor = next(o for o in objects if o["kind"] == kind)
+    groups = next(o for o in objects if o["kind"] == "PrometheusRule")["spec"]["groups"]
+    rules = {r["alert"]: r for g in groups for r in g["rules"]}
+    interval = endpoint_of(monitor)["interval"]
+    unit = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    seconds = sum(int(n) * unit[u] for n, u in re.findall(r"([0-9]+)(ms|s|m|h)", interval))
+    steps = int(SPAN_SECONDS // seconds)
+
+    alerts = functools.partial(expect, rules)
+    bundle_a = {"namespace": scenario.probed, "name": NAME}
+    bundle_b = {"namespace": scenario.unsynced, "name": NAME}
+    source_b = [{**bundle_b, "source": "git", "kind": k} for k in sorted(scenario.kinds)]
+    no_leader = {"TaskHandlerOperatorNoLeader": [{"namespace": RELEASE_NAMESPACE}]}
+    both = input_series([scenario.leading, scenario.standing_by], objects, monitor, steps)
+    tests = [
+        {
+            "name": f"{kind}: both replicas scraped",
+            "interval": interval,
+            "input_series": both,
+            "alert_rule_test": [
+                *alerts("10m", {}),
+                *alerts(
+                    "45m",
+                    {
+                        "TaskHandlerBundleNotReady": [bundle_a, bundle_b],
+                        "TaskHandlerBundleProbeFailures": [bundle_a],
+                        "TaskHandlerBundleSourceErrors": source_b,
+                    },
+                ),
+                *alerts(
+                    "70m",
+                    {
+                        "TaskHandlerBundleNotReady": [bundle_a, bundle_b],
+                        "TaskHandlerBundleProbeFailures": [bundle_a],
+                        "TaskHandlerBundleSourceErrors": source_b,
+                        "TaskHandlerBundleNotSynced": [bundle_a],
+                    },
+                ),
+            ],
+        },
+        {
+            "name": f"{kind}: only the standby scraped (the leader's pod gone)",
+            "interval": interval,
+            "input_series": input_series([scenario.standing_by], objects, monitor, steps),
+            "alert_rule_test": [*alerts("5m", {}), *alerts("11m", no_leader)],
+        },
+        {
+            "name": f"{kind}: nothing scraped",
+            "interval": interval,
+            "input_series": [{"series": 'up{job="other"}', "values": f"1+0x{steps}"}],
+            "alert_rule_test": [*alerts("11m", no_leader)],
+        },
+    ]
+    # The hints name each bundle's own namespace (promtool compares its expansion to these).
+    hints = {
+        a["exp_labels"]["namespace"]: a["exp_annotations"]["description"]
+        for a in firing(rules["TaskHandlerBundleNotReady"], bundle_a, bundle_b)
+    }
+    for ns, description in hints.items():
+        assert f"kubectl -n {ns} describe thb {NAME}" in description, description
+    work.mkdir(parents=True)
+    promtool_rule_test(work, groups, interval, tests)
