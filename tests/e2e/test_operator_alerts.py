@@ -25,7 +25,7 @@ import re
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -90,9 +90,9 @@ def samples(text: str) -> Samples:
     }
 
 
-def value(found: Samples, name: str, **labels: str) -> float | None:
+def value(found: Samples, metric: str, **labels: str) -> float | None:
     return next(
-        (v for (n, ls), v in found.items() if n == name and set(labels.items()) <= ls), None
+        (v for (n, ls), v in found.items() if n == metric and set(labels.items()) <= ls), None
     )
 
 
@@ -214,7 +214,9 @@ def firing(rule: Mapping[str, Any], *label_sets: Mapping[str, str]) -> list[dict
 
 
 def expect(
-    rules: Mapping[str, Mapping[str, Any]], at: str, fire: Mapping[str, list[Mapping[str, str]]]
+    rules: Mapping[str, Mapping[str, Any]],
+    at: str,
+    fire: Mapping[str, Sequence[Mapping[str, str]]],
 ) -> list[dict[str, Any]]:
     """At ``at``, exactly the alerts of ``fire`` (alert -> label sets) fire, of every rule."""
     return [
@@ -402,6 +404,8 @@ def evaluate_alerts(
             "alert_rule_test": [*alerts("11m", no_leader)],
         },
     ]
+    work.mkdir(parents=True)
+    promtool_rule_test(work, groups, interval, tests)
     # The hints name each bundle's own namespace (promtool compares its expansion to these).
     hints = {
         a["exp_labels"]["namespace"]: a["exp_annotations"]["description"]
@@ -409,5 +413,3 @@ def evaluate_alerts(
     }
     for ns, description in hints.items():
         assert f"kubectl -n {ns} describe thb {NAME}" in description, description
-    work.mkdir(parents=True)
-    promtool_rule_test(work, groups, interval, tests)
