@@ -55,6 +55,8 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.slow,
     pytest.mark.usefixtures("thb_crd"),
+    # A runtime build, a probe Job, two operators and four promtool runs, on a loaded machine.
+    pytest.mark.timeout(900),
 ]
 
 NAME = "orders"
