@@ -147,8 +147,9 @@ def endpoint_of(monitor: dict[str, Any]) -> dict[str, Any]:
 
 
 def stored_labels(own: Mapping[str, str], target: Mapping[str, str], honor: bool) -> dict[str, str]:
-    """Prometheus' merge of a sample's labels with its target's (scrape ``honor_labels``): with
-    honor, the sample's own label wins; without, it is kept as ``exported_<name>``."""
+    """Prometheus' merge of a sample's labels with its target's (``scrape.mutateSampleLabels``,
+    ``honor_labels``): with honor, the sample's own label wins; without, the target's does and
+    the sample's is kept as ``exported_<name>``."""
     labels = {k: v for k, v in own.items() if v != ""}
     for key, target_value in target.items():
         if key in labels:
@@ -304,6 +305,7 @@ def test_alerts_fire_per_bundle_namespace_on_the_operators_real_metrics(
     # The scenario as the metrics tell it: the source error is git's "not found", and the
     # bundle whose source never synced has no last-sync series at all.
     kinds = {dict(ls)["kind"] for (n, ls) in found if n == f"{PREFIX}source_errors_total"}
+    assert kinds == {"not_found"}, leading.text
     assert value(found, f"{PREFIX}leader") == 1.0, leading.text
     assert (
         value(found, f"{PREFIX}last_successful_sync_timestamp_seconds", namespace=unsynced) is None
