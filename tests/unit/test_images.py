@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -140,8 +141,12 @@ IMAGE = parse(DOCKERFILE.read_text(encoding="utf-8"))
 
 
 def kind_images_commands() -> list[list[str]]:
+    """What `make kind-images` runs, with the Makefile's defaults (not a parent make's flags or
+    an IMAGE_TAG/REVISION from the environment)."""
+    overrides = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "IMAGE_TAG", "IMAGE_REPO", "REVISION"}
+    env = {k: v for k, v in os.environ.items() if k not in overrides}
     done = subprocess.run(
-        ["make", "-n", "kind-images"], cwd=REPO, capture_output=True, text=True, check=True
+        ["make", "-n", "kind-images"], cwd=REPO, env=env, capture_output=True, text=True, check=True
     )
     return [shlex.split(line) for line in done.stdout.splitlines() if line.startswith("docker ")]
 
