@@ -14,7 +14,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
 .PHONY: demo test chaos lint typecheck unit mutation venv fuzz system-deps k8s-bins versitygw kstatus airflow-venv node-venv clean \
-	chart-files kind-up kind-images kind-postgres kind-airflow-schema kind-install kind-examples kind-down
+	chart-files requirements-lock kind-up kind-images kind-postgres kind-airflow-schema kind-install kind-examples kind-down
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -96,19 +96,31 @@ chart-files: venv
 	$(BIN)/taskhandler-operator rbac > charts/taskhandler-operator/files/rbac-rules.yaml
 	$(BIN)/python -m tests.unit.chart.values_doc
 
+# Re-resolve images/requirements.txt, the hash-locked runtime dependencies the images install,
+# from pyproject.toml (needs the package index; tests/unit/test_requirements_lock.py checks it).
+requirements-lock: venv
+	VENV=$(VENV) bash hack/lock-requirements.sh
+
 # --- For people with Docker and kind (docs/install.md); not run in CI. ----------------------
 KIND_CLUSTER ?= taskhandler
-IMAGE_TAG    ?= $(shell sed -n 's/^appVersion: "\(.*\)"/\1/p' charts/taskhandler-operator/Chart.yaml)
+# The chart's appVersion: the images' tag and their org.opencontainers.image.version label.
+APP_VERSION  := $(shell sed -n 's/^appVersion: "\(.*\)"/\1/p' charts/taskhandler-operator/Chart.yaml)
+IMAGE_TAG    ?= $(APP_VERSION)
 IMAGE_REPO   ?= ghcr.io/langsdk
+# The commit the images are built from (their org.opencontainers.image.revision label).
+REVISION     ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 THOP_NS      ?= taskhandler-system
+# One Dockerfile, one target per image; the build and base stages are shared (and cached).
+IMAGE_BUILD   = docker build -f images/Dockerfile --build-arg VERSION=$(IMAGE_TAG) \
+	--build-arg REVISION=$(REVISION)
 
 kind-up:
 	kind create cluster --config kind-config.yaml --name $(KIND_CLUSTER)
 
 kind-images:
-	docker build -f images/operator/Dockerfile -t $(IMAGE_REPO)/taskhandler-operator:$(IMAGE_TAG) .
-	docker build -f images/probe-java/Dockerfile -t $(IMAGE_REPO)/taskhandler-probe-java:$(IMAGE_TAG) .
-	docker build -f images/probe-node/Dockerfile -t $(IMAGE_REPO)/taskhandler-probe-node:$(IMAGE_TAG) .
+	$(IMAGE_BUILD) --target operator -t $(IMAGE_REPO)/taskhandler-operator:$(IMAGE_TAG) .
+	$(IMAGE_BUILD) --target probe-java -t $(IMAGE_REPO)/taskhandler-probe-java:$(IMAGE_TAG) .
+	$(IMAGE_BUILD) --target probe-node -t $(IMAGE_REPO)/taskhandler-probe-node:$(IMAGE_TAG) .
 	kind load docker-image --name $(KIND_CLUSTER) $(IMAGE_REPO)/taskhandler-operator:$(IMAGE_TAG) \
 	  $(IMAGE_REPO)/taskhandler-probe-java:$(IMAGE_TAG) $(IMAGE_REPO)/taskhandler-probe-node:$(IMAGE_TAG)
 
