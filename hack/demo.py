@@ -4,7 +4,8 @@ It builds what is missing (stating the one-time cost first), starts the local co
 (etcd, kube-apiserver, kube-controller-manager and the process node, which runs pods as host
 processes), a throwaway PostgreSQL with Airflow's schema made by ``airflow db migrate`` and the
 example Dag ``orders_etl`` written by ``airflow dags reserialize``, serves the three example
-bundles (Go, Java and TypeScript test runtimes) from a local git server, installs the chart
+bundles (Go, Java and TypeScript test runtimes) from a git server pod (the manifests of
+``hack/kind/examples/``, which the kind path applies too), installs the chart
 with the real helm (its hook Job runs ``db upgrade``; the operator runs from the chart's
 Deployment), applies three TaskHandlerBundles and waits until they are Ready. Then it prints
 ``kubectl get thb``, the bindings the scheduler resolves, and how to try things, and keeps
@@ -13,7 +14,10 @@ removed at the end, on failure and on Ctrl-C too. The example data and the dev s
 ``taskhandler_operator.devenv``; the product does the work, this script orchestrates and prints.
 
 Exit status: 0 ok, 1 when a step failed ("demo FAILED in step ..." with diagnostics), 130 on
-Ctrl-C (or SIGTERM). See ``docs/demo.md``.
+Ctrl-C (or SIGTERM, SIGHUP), also when stdout broke meanwhile (``| tee`` stopped by the same
+Ctrl-C). If it is killed outright, its servers die by a parent-death signal and its guardian
+(``devenv/guardian.py``) stops PostgreSQL and removes the folders. ``--until 2|3`` stops after
+the control plane (and PostgreSQL). See ``docs/demo.md``.
 """
 
 from __future__ import annotations
