@@ -13,7 +13,7 @@ export THOP_CACHE
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: demo test chaos lint typecheck unit mutation venv fuzz system-deps k8s-bins versitygw kstatus airflow-venv node-venv clean \
+.PHONY: demo test chaos lint typecheck unit mutation venv fuzz system-deps k8s-bins versitygw kstatus promtool airflow-venv node-venv clean \
 	chart-files requirements-lock kind-up kind-images kind-postgres kind-airflow kind-install kind-examples kind-down
 
 $(STAMP): pyproject.toml
@@ -38,6 +38,11 @@ versitygw:
 kstatus:
 	@bash hack/build-kstatus.sh
 
+# Prometheus' promtool (its Go module, cached): checks the chart's alert rules and evaluates them
+# against the operator's real /metrics output.
+promtool:
+	@bash hack/build-promtool.sh
+
 airflow-venv:
 	@bash hack/airflow-venv.sh
 
@@ -61,7 +66,7 @@ typecheck: venv
 unit: venv
 	$(BIN)/pytest tests/unit
 
-test: venv system-deps k8s-bins versitygw kstatus airflow-venv node-venv lint typecheck
+test: venv system-deps k8s-bins versitygw kstatus promtool airflow-venv node-venv lint typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # The fault tests of tests/chaos, long variants included (the `chaos` marker, which the default

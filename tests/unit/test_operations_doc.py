@@ -165,3 +165,26 @@ def test_every_alert_of_the_prometheus_rule_is_described() -> None:
     assert missing == [], f"docs/operations.md's alerts section misses {missing}"
     stale = sorted(alerts_in_page() - rule)
     assert stale == [], f"docs/operations.md describes alerts the chart does not have: {stale}"
+
+
+def runbook_sections() -> set[str]:
+    return set(re.findall(r"^#### (\w+)$", _section("### By alert"), re.M))
+
+
+def test_every_alert_has_a_runbook_section_and_points_at_it() -> None:
+    """Each alert's ``runbook_url`` is ``prometheusRule.runbookBaseUrl#<alert in lower case>``,
+    GitHub's anchor of a ``#### <Alert>`` section under "By alert" (the render test checks the
+    rendered URLs)."""
+    text = RULE.read_text(encoding="utf-8")
+    blocks = re.split(r"^\s*- alert: ", text, flags=re.M)[1:]
+    pointed = {
+        block.split()[0]: re.findall(r'"thop\.runbookUrl" \(list \$r "(\w+)"\)', block)
+        for block in blocks
+    }
+    assert len(pointed) >= 5, "the PrometheusRule template could not be read"
+    wrong = {alert: urls for alert, urls in pointed.items() if urls != [alert]}
+    assert wrong == {}, f"alerts without their own runbook_url: {wrong}"
+    missing = sorted(set(pointed) - runbook_sections())
+    assert missing == [], f"docs/operations.md's 'By alert' section misses {missing}"
+    stale = sorted(runbook_sections() - set(pointed))
+    assert stale == [], f"docs/operations.md has runbooks of alerts the chart lacks: {stale}"

@@ -230,7 +230,7 @@ def test_service_monitor_and_prometheus_rule_use_the_operators_metrics(render: R
     monitor = one(objects, "ServiceMonitor")
     assert monitor["apiVersion"] == MONITORING
     assert monitor["spec"]["endpoints"] == [
-        {"port": "metrics", "path": "/metrics", "interval": "30s"}
+        {"port": "metrics", "path": "/metrics", "interval": "30s", "honorLabels": True}
     ]
     service = one(objects, "Service")
     assert "metrics" in {p["name"] for p in service["spec"]["ports"]}
