@@ -140,7 +140,7 @@ def test_who_set_an_annotation_is_the_newest_manager_owning_it() -> None:
     key = "langsdk.dev/approve-revision"
 
     def entry(manager: str, time: str, *keys: str) -> dict[str, object]:
-        owned = {f"f:{k}": {} for k in keys}
+        owned: dict[str, object] = {f"f:{k}": {} for k in keys}
         return {
             "manager": manager,
             "time": time,
@@ -182,3 +182,19 @@ def test_the_publication_metrics_have_the_names_the_chart_alerts_on() -> None:
     assert r.get_sample_value(since, labels) == 0
     metrics.remove_bundle("ns", "b")
     assert r.get_sample_value("taskhandler_operator_publication_held", labels) is None
+
+
+async def test_a_held_change_counts_the_bindings_still_published(good: PassOutcome) -> None:
+    outcome = held(good)
+    written = outcome.written.model_copy(
+        update={
+            "publication": outcome.written.publication.model_copy(  # type: ignore[union-attr]
+                update={"published_bindings": 0}
+            )
+        }
+    )
+    status = bundle_status(
+        TaskHandlerBundleStatus(),
+        Observation(1, T0, outcome=dataclasses.replace(outcome, written=written)),
+    )
+    assert good.summary.counts.bindings == 2 and status.counts.bindings == 0
