@@ -15,7 +15,11 @@ Condition reasons (docs/operator.md lists them with what to do):
   reason of its own or it was refused: stalls), ``ProbesRetrying`` (some artifact's probe failed
   for a reason outside it and is retried after a back-off), ``ProberFailed``.
 * ``BindingsPublished``: ``Published``; ``StubsUnbound`` (a stub on the bundle's queues has no
-  binding), ``DatabaseUnavailable``/``TransactionConflict``/``DatabaseError``.
+  binding), ``DatabaseUnavailable``/``TransactionConflict``/``DatabaseError``; ``PublishHeld``
+  (the publish policy holds the change: ``status.pendingChange``), ``RolledBack`` (the
+  rollback annotation keeps an earlier publication; True when nothing else waits),
+  ``RollbackRefused``. A publication is listed in ``status.publications`` and announced by a
+  ``BindingsChanged`` Event; an approval naming another revision by ``ApprovalRefused``.
 * ``Stalled``: ``BundleNameConflict``, ``QueueConflict``, ``InvalidSpec``, and the reason of
   the False domain conditions when each of them needs a person (``kube/conditions.py:
   STALLS``).
