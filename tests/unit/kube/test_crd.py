@@ -262,4 +262,3 @@ def test_short_revisions_for_each_source_kind() -> None:
     # http (the pinned sha256), s3 (listing digest), volume (content digest)
     assert short_revision(f"{digest}-0a1b2c3d4e5f", f"sha256:{digest}") == "sha256:a1b2c3d4"
     assert short_revision(digest) == "a1b2c3d4"  # only the id known
-
