@@ -53,7 +53,7 @@ def get_json(cluster: KubeCluster, *args: str) -> Any:
 
 
 def operator_pods(cluster: KubeCluster, namespace: str) -> list[dict[str, Any]]:
-    selector = "app.kubernetes.io/name=taskhandler-operator,app.kubernetes.io/component!=db-upgrade"
+    selector = "app.kubernetes.io/name=taskhandler-operator,app.kubernetes.io/component=operator"
     pods: list[dict[str, Any]] = get_json(cluster, "pods", "-n", namespace, "-l", selector)["items"]
     return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
 
@@ -279,6 +279,7 @@ def helm_test(cluster: KubeCluster, namespace: str) -> None:
     assert "refused a URL signed with the mounted key (403 tampered)" in (
         failed.stdout + failed.stderr
     ), failed.stdout + failed.stderr
+    cluster.kubectl("delete", "pod", f"{DEPLOYMENT}-test", "-n", namespace, "--wait=false")
 
 
 def wait_ready(cluster: KubeCluster, namespace: str) -> None:
