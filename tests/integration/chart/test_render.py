@@ -125,6 +125,9 @@ def test_the_helm_test_pod_checks_the_database_and_the_artifact_server(
     assert pod["metadata"]["name"] == "thop-taskhandler-operator-test"
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
     assert pod["metadata"]["labels"]["app.kubernetes.io/component"] == "helm-test"
+    # Never an endpoint of the artifact Service (nor selected by the Deployment).
+    selector = one(objects, "Service")["spec"]["selector"]
+    assert any(pod["metadata"]["labels"].get(k) != v for k, v in selector.items())
     spec = pod["spec"]
     assert spec["restartPolicy"] == "Never" and spec["automountServiceAccountToken"] is False
     assert "serviceAccountName" not in spec  # no token, so no account of the operator's
