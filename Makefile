@@ -14,7 +14,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
 .PHONY: demo test chaos lint typecheck unit mutation venv fuzz system-deps k8s-bins versitygw kstatus airflow-venv node-venv clean \
-	chart-files kind-up kind-images kind-postgres kind-airflow-schema kind-install kind-examples kind-down
+	chart-files requirements-lock kind-up kind-images kind-postgres kind-airflow kind-install kind-examples kind-down
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -96,19 +96,37 @@ chart-files: venv
 	$(BIN)/taskhandler-operator rbac > charts/taskhandler-operator/files/rbac-rules.yaml
 	$(BIN)/python -m tests.unit.chart.values_doc
 
+# Re-resolve images/requirements.txt, the hash-locked runtime dependencies the images install,
+# from pyproject.toml (needs the package index; tests/unit/test_requirements_lock.py checks it).
+requirements-lock: venv
+	VENV=$(VENV) bash hack/lock-requirements.sh
+
 # --- For people with Docker and kind (docs/install.md); not run in CI. ----------------------
+# Needs kind, docker, kubectl and helm, plus what `make demo` needs to build the example bundles
+# (Go, a JDK, Node.js). In order: kind-up kind-images kind-postgres kind-airflow kind-install
+# kind-examples; the bundles end Ready. hack/kind/examples/ is also what `make demo` applies.
 KIND_CLUSTER ?= taskhandler
-IMAGE_TAG    ?= $(shell sed -n 's/^appVersion: "\(.*\)"/\1/p' charts/taskhandler-operator/Chart.yaml)
+# The chart's appVersion: the images' tag and their org.opencontainers.image.version label.
+APP_VERSION  := $(shell sed -n 's/^appVersion: "\(.*\)"/\1/p' charts/taskhandler-operator/Chart.yaml)
+IMAGE_TAG    ?= $(APP_VERSION)
 IMAGE_REPO   ?= ghcr.io/langsdk
+# The commit the images are built from (their org.opencontainers.image.revision label).
+REVISION     ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 THOP_NS      ?= taskhandler-system
+# One Dockerfile, one target per image; the build and base stages are shared (and cached).
+IMAGE_BUILD   = docker build -f images/Dockerfile --build-arg VERSION=$(IMAGE_TAG) \
+	--build-arg REVISION=$(REVISION)
+EXAMPLES_NS  := thop-demo
+ORDERS       := $(BIN)/python -m taskhandler_operator.devenv.orders_cluster
 
 kind-up:
 	kind create cluster --config kind-config.yaml --name $(KIND_CLUSTER)
 
+# The images the chart's defaults name (ghcr.io/langsdk/*:<appVersion>), loaded into the nodes.
 kind-images:
-	docker build -f images/operator/Dockerfile -t $(IMAGE_REPO)/taskhandler-operator:$(IMAGE_TAG) .
-	docker build -f images/probe-java/Dockerfile -t $(IMAGE_REPO)/taskhandler-probe-java:$(IMAGE_TAG) .
-	docker build -f images/probe-node/Dockerfile -t $(IMAGE_REPO)/taskhandler-probe-node:$(IMAGE_TAG) .
+	$(IMAGE_BUILD) --target operator -t $(IMAGE_REPO)/taskhandler-operator:$(IMAGE_TAG) .
+	$(IMAGE_BUILD) --target probe-java -t $(IMAGE_REPO)/taskhandler-probe-java:$(IMAGE_TAG) .
+	$(IMAGE_BUILD) --target probe-node -t $(IMAGE_REPO)/taskhandler-probe-node:$(IMAGE_TAG) .
 	kind load docker-image --name $(KIND_CLUSTER) $(IMAGE_REPO)/taskhandler-operator:$(IMAGE_TAG) \
 	  $(IMAGE_REPO)/taskhandler-probe-java:$(IMAGE_TAG) $(IMAGE_REPO)/taskhandler-probe-node:$(IMAGE_TAG)
 
@@ -117,23 +135,39 @@ kind-postgres:
 	kubectl apply -f hack/kind/postgres.yaml
 	kubectl -n airflow rollout status statefulset/postgres --timeout=180s
 
-# Airflow's own schema, created by Airflow itself (make airflow-venv) through a port-forward.
-kind-airflow-schema: airflow-venv
+# Airflow's own schema and the example Dag orders_etl with its stub tasks, written by Airflow
+# itself (the side venv of make airflow-venv) through a port-forward: what `make demo` seeds.
+kind-airflow: venv airflow-venv
 	kubectl -n airflow port-forward svc/postgres 15432:5432 & pf=$$!; sleep 3; \
-	  AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=postgresql+psycopg2://airflow:airflow@127.0.0.1:15432/airflow \
-	  $$(ls -d $(THOP_CACHE)/airflow-[0-9]*/ | head -1)bin/airflow db migrate; rc=$$?; kill $$pf; exit $$rc
+	  $(ORDERS) seed --database-url postgresql+psycopg://airflow:airflow@127.0.0.1:15432/airflow; \
+	  rc=$$?; kill $$pf; exit $$rc
 
+# The bundles' namespace first: the chart puts its probe ServiceAccount and NetworkPolicy there.
 kind-install:
+	kubectl apply -f hack/kind/examples/namespace.yaml
 	kubectl create namespace $(THOP_NS) --dry-run=client -o yaml | kubectl apply -f -
 	kubectl -n $(THOP_NS) create secret generic airflow-db \
 	  --from-literal=url=postgresql+psycopg://airflow:airflow@postgres.airflow.svc:5432/airflow \
 	  --dry-run=client -o yaml | kubectl apply -f -
 	helm upgrade --install thop charts/taskhandler-operator -n $(THOP_NS) \
-	  --set database.existingSecret=airflow-db --set image.pullPolicy=Never --wait
+	  --set database.existingSecret=airflow-db --set image.pullPolicy=Never \
+	  --set probe.imagePullPolicy=Never --set 'probe.namespaces={$(THOP_NS),$(EXAMPLES_NS)}' --wait
 
-kind-examples:
-	kubectl apply -f examples/secrets.yaml -f examples/go-git.yaml
-	kubectl get thb
+# The in-cluster git server, the three test runtimes built and pushed to it through a
+# port-forward, then the three bundles; waits until they are Ready.
+kind-examples: venv
+	kubectl apply -f hack/kind/examples/namespace.yaml
+	kubectl -n $(EXAMPLES_NS) get secret git-auth >/dev/null 2>&1 || \
+	  kubectl -n $(EXAMPLES_NS) create secret generic git-auth --from-literal=username=demo \
+	    --from-literal=password=$$(openssl rand -hex 16)
+	kubectl apply -f hack/kind/examples/git-server.yaml
+	kubectl -n $(EXAMPLES_NS) rollout status deployment/bundle-git-server --timeout=180s
+	kubectl -n $(EXAMPLES_NS) port-forward svc/bundle-git-server 18080:80 & pf=$$!; sleep 3; \
+	  THOP_GIT_PASSWORD=$$(kubectl -n $(EXAMPLES_NS) get secret git-auth -o jsonpath='{.data.password}' | base64 -d) \
+	  $(ORDERS) push --url http://127.0.0.1:18080/orders-bundles.git; rc=$$?; kill $$pf; exit $$rc
+	kubectl apply -f hack/kind/examples/bundles.yaml
+	kubectl -n $(EXAMPLES_NS) wait thb --all --for=condition=Ready --timeout=300s
+	kubectl -n $(EXAMPLES_NS) get thb
 
 kind-down:
 	kind delete cluster --name $(KIND_CLUSTER)

@@ -4,7 +4,8 @@ It builds what is missing (stating the one-time cost first), starts the local co
 (etcd, kube-apiserver, kube-controller-manager and the process node, which runs pods as host
 processes), a throwaway PostgreSQL with Airflow's schema made by ``airflow db migrate`` and the
 example Dag ``orders_etl`` written by ``airflow dags reserialize``, serves the three example
-bundles (Go, Java and TypeScript test runtimes) from a local git server, installs the chart
+bundles (Go, Java and TypeScript test runtimes) from a git server pod (the manifests of
+``hack/kind/examples/``, which the kind path applies too), installs the chart
 with the real helm (its hook Job runs ``db upgrade``; the operator runs from the chart's
 Deployment), applies three TaskHandlerBundles and waits until they are Ready. Then it prints
 ``kubectl get thb``, the bindings the scheduler resolves, and how to try things, and keeps
@@ -13,7 +14,10 @@ removed at the end, on failure and on Ctrl-C too. The example data and the dev s
 ``taskhandler_operator.devenv``; the product does the work, this script orchestrates and prints.
 
 Exit status: 0 ok, 1 when a step failed ("demo FAILED in step ..." with diagnostics), 130 on
-Ctrl-C (or SIGTERM). See ``docs/demo.md``.
+Ctrl-C (or SIGTERM, SIGHUP), also when stdout broke meanwhile (``| tee`` stopped by the same
+Ctrl-C). If it is killed outright, its servers die by a parent-death signal and its guardian
+(``devenv/guardian.py``) stops PostgreSQL and removes the folders. ``--until 2|3`` stops after
+the control plane (and PostgreSQL). See ``docs/demo.md``.
 """
 
 from __future__ import annotations
@@ -41,13 +45,9 @@ import sqlalchemy as sa
 
 from taskhandler_operator.db.engine import create_sync_engine
 from taskhandler_operator.db.tables import ARTIFACT_TABLE, BINDING_TABLE
+from taskhandler_operator.devenv import console, orders_cluster
 from taskhandler_operator.devenv.chart_install import CHART, HostPorts, process_node_values
-from taskhandler_operator.devenv.git_server import (
-    GitRepo,
-    HttpServer,
-    make_repo,
-    start_http_server,
-)
+from taskhandler_operator.devenv.guardian import Guardian
 from taskhandler_operator.devenv.kubecluster.bins import (
     BUILD_SCRIPT,
     REPO_ROOT,
@@ -59,9 +59,7 @@ from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster, s
 from taskhandler_operator.devenv.kubecluster.procs import free_port
 from taskhandler_operator.devenv.orders_example import (
     BUNDLES,
-    DAG_FILE,
     DAG_ID,
-    DAG_SOURCE,
     STUB_ARGUMENTS,
     register_bundles,
 )
@@ -71,23 +69,18 @@ from taskhandler_operator.devenv.postgres import (
     AirflowCli,
     PostgresServer,
     airflow_venv_path,
-    reserialize_dags,
 )
-from taskhandler_operator.devenv.runtimes import build_runtime
-from taskhandler_operator.devenv.serialized_dags import add_stub_fields
 from taskhandler_operator.kube import names
 from taskhandler_operator.scheduler import resolve_task_handlers_sync
 
-NAMESPACE: Final = "thop-demo"
+NAMESPACE: Final = orders_cluster.NAMESPACE
 RELEASE: Final = "thop"
 DEPLOYMENT: Final = f"{RELEASE}-taskhandler-operator"
-REPO_NAME: Final = "orders-bundles"
-GIT_USER: Final = "demo"
 DB_SECRET: Final = "airflow-db"  # noqa: S105 - a Secret's name
-GIT_SECRET: Final = "git-auth"  # noqa: S105 - a Secret's name
 READY_TIMEOUT: Final = 300.0
 HEARTBEAT: Final = 30.0
 BUNDLE_NAMES: Final = tuple(b.name for b in BUNDLES)
+LAST_STEP: Final = 8
 ONE_TIME_COST: Final = (
     "One-time cost on a fresh machine (cached in $THOP_CACHE afterwards): the Kubernetes "
     "binaries built from source, about 10 min; the Airflow side venv, about 30 s; the node "
@@ -103,7 +96,8 @@ class StepFailed(Exception):
 
 
 def say(line: str = "", indent: int = 0) -> None:
-    print(" " * indent + line, flush=True)
+    # Never raises: a shutdown must finish when `| tee` was stopped by the same Ctrl-C.
+    console.emit(" " * indent + line)
 
 
 def say_block(text: str, indent: int = 4) -> None:
@@ -156,12 +150,14 @@ def run_streamed(label: str, argv: Sequence[str], env: dict[str, str] | None = N
 
 
 class Demo:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, guardian: Guardian | None = None) -> None:
         self.root = root
+        # Cleans up what a parent-death signal cannot reach if this process dies uncleanly.
+        self.guardian = guardian
         self.timings: list[tuple[str, float, str]] = []
         self.cluster: KubeCluster | None = None
         self.postgres: PostgresServer | None = None
-        self.http: HttpServer | None = None
+        self.git_port = 0
         self.url = ""
         self.installed = False
         self.airflow_venv = airflow_venv_path()
@@ -217,19 +213,16 @@ class Demo:
         # The process node runs the operator image from it; no second check at cluster start.
         os.environ["THOP_NODE_VENV_BIN"] = node_venv
         say(f"node venv (the operator image on the process node): {node_venv}")
-        for bundle in BUNDLES:
-            started = time.monotonic()
-            built = build_runtime(bundle.language.value, bundle.handlers)
-            self.artifacts[bundle.name] = built.read_bytes()
-            say(
-                f"test runtime {bundle.language.value:<10} {bundle.rel_path:<21} "
-                f"{len(self.artifacts[bundle.name]):>9,} bytes  {time.monotonic() - started:.1f} s"
-            )
+        self.artifacts = orders_cluster.build_artifacts(say)
 
     # -- 2
 
     def start_cluster(self) -> None:
         self.cluster = start_cluster(check_bins(expected_versions()))
+        if self.guardian is not None:
+            self.guardian.remove(self.cluster.root)
+            for pid in self.cluster.pids:
+                self.guardian.process_group(pid)
         say(
             "etcd, kube-apiserver, kube-controller-manager and the process node ready in "
             f"{self.cluster.startup_seconds:.1f} s"
@@ -241,49 +234,45 @@ class Demo:
     def start_database(self) -> None:
         self.postgres = PostgresServer()
         self.postgres.start()
+        if self.guardian is not None:
+            self.guardian.postmaster(self.postgres.data_dir)
+            self.guardian.remove(self.postgres.workdir)
         self.postgres.create_database("airflow")
         self.url = self.postgres.url("airflow")
         say(f"PostgreSQL on 127.0.0.1:{self.postgres.port}, database airflow")
-        airflow = AirflowCli(self.airflow_venv)
-        started = time.monotonic()
-        airflow(self.url, "db", "migrate", timeout=300)
-        say(f"airflow db migrate (Airflow {AIRFLOW_VERSION}): {time.monotonic() - started:.1f} s")
-        dags = self.root / "dags"
-        dags.mkdir()
-        (dags / DAG_FILE).write_text(DAG_SOURCE, encoding="utf-8")
-        started = time.monotonic()
-        reserialize_dags(airflow, dags, self.url)
-        say(
-            f"airflow dags reserialize wrote Dag {DAG_ID} from {DAG_FILE}: "
-            f"{time.monotonic() - started:.1f} s"
-        )
-        engine = create_sync_engine(self.url)
-        try:
-            with engine.begin() as conn:
-                for task_id, arguments in STUB_ARGUMENTS.items():
-                    add_stub_fields(conn, DAG_ID, task_id, arg_bindings=arguments)
-        finally:
-            engine.dispose()
-        say(
-            "stub tasks (is_stub and _arg_bindings added to Airflow's row): "
-            + ", ".join(STUB_ARGUMENTS)
+        orders_cluster.seed_orders_dag(
+            AirflowCli(self.airflow_venv), self.url, self.root / "dags", say
         )
 
     # -- 4
 
-    def serve_bundles(self) -> GitRepo:
+    def serve_bundles(self) -> None:
+        """The shared manifests of hack/kind/examples/: the namespace, the git server pod (on
+        a free host port: the process node's pods share the host's network), then the push."""
+        self.kubectl("apply", "-f", str(orders_cluster.MANIFESTS / "namespace.yaml"))
+        self.kubectl(
+            "wait", "--for=jsonpath={.metadata.name}=default", "serviceaccount/default",
+            "-n", NAMESPACE, "--timeout=60s",
+        )  # fmt: skip
         password = secrets.token_hex(12)
-        self.git_auth = {"username": GIT_USER, "password": password}
-        self.http = start_http_server(
-            self.root / "git-server", {"user": GIT_USER, "password": password}
+        self.git_auth = {"username": orders_cluster.GIT_USER, "password": password}
+        secret = orders_cluster.git_secret(password)
+        self.kubectl("apply", "-f", "-", input=json.dumps(secret))
+        self.git_port = free_port()
+        server = orders_cluster.on_process_node(orders_cluster.load("git-server"), self.git_port)
+        self.kubectl("apply", "-f", "-", input=orders_cluster.as_list(server))
+        say(f"namespace {NAMESPACE} (Pod Security restricted), Secret git-auth, the git server")
+        say("(hack/kind/examples/namespace.yaml and git-server.yaml, as make kind-examples)", 4)
+        self.kubectl(
+            "rollout", "status", f"deployment/{orders_cluster.SERVER}", "-n", NAMESPACE,
+            "--timeout=120s",
+        )  # fmt: skip
+        url = f"http://127.0.0.1:{self.git_port}/{orders_cluster.REPOSITORY}.git"
+        files = orders_cluster.bundle_files(self.artifacts)
+        commit = orders_cluster.push_bundles(
+            url, orders_cluster.GIT_USER, password, files, self.root
         )
-        repo = make_repo(self.http.root / "git", REPO_NAME, self.root)
-        files = {f"{b.language.value}/{b.rel_path}": self.artifacts[b.name] for b in BUNDLES}
-        repo.commit(files, "three example bundles")
-        go = next(b for b in BUNDLES if b.language.value == "go")
-        (repo.work / "go" / go.rel_path).chmod(0o755)  # a Go artifact is an executable
-        commit = repo.commit({}, "the Go artifact is executable")
-        say(f"git repository {repo.http_url(self.http)} (basic auth), branch main at {commit[:12]}")
+        say(f"git repository {url} (basic auth), pushed branch main at {commit[:12]}")
         for rel in sorted(files):
             say(rel, 4)
         # As Airflow's dag processor would with a GitDagBundle per bundle at this commit: the
@@ -295,29 +284,18 @@ class Demo:
         finally:
             engine.dispose()
         say(f"Airflow's dag_bundle rows at version {commit[:12]}: " + ", ".join(BUNDLE_NAMES))
-        return repo
 
     # -- 5
 
     def install_chart(self) -> None:
-        self.kubectl("create", "namespace", NAMESPACE)
-        self.kubectl(
-            "label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=restricted",
-            "pod-security.kubernetes.io/enforce-version=latest",
-        )  # fmt: skip
-        self.kubectl(
-            "wait", "--for=jsonpath={.metadata.name}=default", "serviceaccount/default",
-            "-n", NAMESPACE, "--timeout=60s",
-        )  # fmt: skip
-        for name, data in ((DB_SECRET, {"url": self.url}), (GIT_SECRET, self.git_auth)):
-            secret = {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": name, "namespace": NAMESPACE},
-                "stringData": data,
-            }
-            self.kubectl("apply", "-f", "-", input=json.dumps(secret))
-        say(f"namespace {NAMESPACE} (Pod Security restricted), Secrets airflow-db and git-auth")
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": DB_SECRET, "namespace": NAMESPACE},
+            "stringData": {"url": self.url},
+        }
+        self.kubectl("apply", "-f", "-", input=json.dumps(secret))
+        say(f"Secret airflow-db in {NAMESPACE}")
         ports = HostPorts(free_port(), free_port(), free_port())
         values = process_node_values(ports, database_secret=DB_SECRET)
         argv = ["install", RELEASE, str(CHART), "-n", NAMESPACE, *values, "--wait", "--timeout=5m"]
@@ -344,30 +322,10 @@ class Demo:
 
     # -- 6
 
-    def apply_bundles(self, repo: GitRepo) -> None:
-        assert self.http is not None
-        for bundle in BUNDLES:
-            obj = {
-                "apiVersion": names.API_VERSION,
-                "kind": names.KIND,
-                "metadata": {"name": bundle.name, "namespace": NAMESPACE},
-                "spec": {
-                    "bundleName": bundle.name,
-                    "language": bundle.language.value,
-                    "queues": [bundle.queue],
-                    "source": {
-                        "git": {
-                            "url": repo.http_url(self.http),
-                            "ref": "main",
-                            "path": bundle.language.value,
-                            "secretRef": {"name": GIT_SECRET},
-                        }
-                    },
-                    "interval": "10m",
-                    "probe": {"timeout": "2m"},
-                },
-            }
-            say(self.kubectl("apply", "-f", "-", input=json.dumps(obj)).strip())
+    def apply_bundles(self) -> None:
+        """hack/kind/examples/bundles.yaml, fetching from the git server's loopback port."""
+        bundles = orders_cluster.on_process_node(orders_cluster.load("bundles"), self.git_port)
+        say_block(self.kubectl("apply", "-f", "-", input=orders_cluster.as_list(bundles)), 0)
 
     def wait_ready(self) -> None:
         say("Conditions as they change (seconds since applied):")
@@ -505,87 +463,124 @@ class Demo:
         if self.postgres is not None:
             postgres, self.postgres = self.postgres, None
             attempt("stop PostgreSQL", postgres.stop)
-        if self.http is not None:
-            http, self.http = self.http, None
-            attempt("stop the git server", http.stop)
         shutil.rmtree(self.root, ignore_errors=True)
         say(f"$DEMO removed: {'no' if self.root.exists() else 'yes'}")
         return problems
 
 
-def run_demo(demo: Demo, once: bool) -> None:
-    with demo.step("1. Build what is missing (one-time, then cached)"):
-        demo.build()
-    with demo.step("2. Start the local control plane with the process node"):
-        demo.start_cluster()
-    with demo.step(f"3. PostgreSQL with Airflow's schema and the Dag {DAG_ID}"):
-        demo.start_database()
-    with demo.step("4. Serve the three example bundles from a local git server"):
-        repo = demo.serve_bundles()
-    with demo.step("5. Install the chart with helm (the hook Job runs db upgrade)"):
-        demo.install_chart()
-    with demo.step("6. Apply three TaskHandlerBundles and wait until they are Ready"):
-        demo.apply_bundles(repo)
-        demo.wait_ready()
-    with demo.step("7. kubectl get thb and the bindings the scheduler resolves"):
-        demo.show_results()
-    with demo.step("8. Try it"):
-        demo.show_try_it(once)
+def hold(once: bool) -> None:
+    """Keep everything running until Ctrl-C (``--once``: return at once)."""
     if not once:
         while True:
             time.sleep(3600)
 
 
+def run_demo(demo: Demo, once: bool, until: int = LAST_STEP) -> None:
+    with demo.step("1. Build what is missing (one-time, then cached)"):
+        demo.build()
+    with demo.step("2. Start the local control plane with the process node"):
+        demo.start_cluster()
+    if until == 2:
+        hold(once)
+        return
+    with demo.step(f"3. PostgreSQL with Airflow's schema and the Dag {DAG_ID}"):
+        demo.start_database()
+    if until == 3:
+        say(f"--until 3: the control plane and PostgreSQL run until {'now' if once else 'Ctrl-C'}")
+        hold(once)
+        return
+    with demo.step("4. Serve the three example bundles from a git server in the cluster"):
+        demo.serve_bundles()
+    with demo.step("5. Install the chart with helm (the hook Job runs db upgrade)"):
+        demo.install_chart()
+    with demo.step("6. Apply three TaskHandlerBundles and wait until they are Ready"):
+        demo.apply_bundles()
+        demo.wait_ready()
+    with demo.step("7. kubectl get thb and the bindings the scheduler resolves"):
+        demo.show_results()
+    with demo.step("8. Try it"):
+        demo.show_try_it(once)
+    hold(once)
+
+
+STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 def interrupt(signum: int, _frame: FrameType | None) -> None:
+    # The first signal stops the demo; later ones must not cut its shutdown short (the tools
+    # the shutdown runs inherit the ignoring).
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--once", action="store_true", help="exit after printing (for tests)")
+    parser.add_argument(
+        "--until",
+        type=int,
+        choices=(2, 3, LAST_STEP),
+        default=LAST_STEP,
+        help="stop after this step: 2 the control plane, 3 also PostgreSQL (for the shutdown "
+        "tests); then wait for Ctrl-C as after the last step",
+    )
     args = parser.parse_args(argv)
     # Explicitly: a shell starting the demo in the background leaves SIGINT ignored.
-    signal.signal(signal.SIGINT, interrupt)
-    signal.signal(signal.SIGTERM, interrupt)
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, interrupt)
     started = time.monotonic()
     root = Path(tempfile.mkdtemp(prefix="thop-demo-"))
+    guardian = Guardian()
+    guardian.remove(root)
     say("taskhandler-operator demo: the Helm chart on a local control plane, three bundles")
     say(f"work folder $DEMO = {root}")
     say(ONE_TIME_COST)
-    demo = Demo(root)
+    demo = Demo(root, guardian)
     failure: StepFailed | None = None
     interrupted = ""
     try:
-        run_demo(demo, args.once)
+        run_demo(demo, args.once, args.until)
     except StepFailed as exc:
         failure = exc
         say()
         say(f"demo FAILED in step {exc.step}")
         say(exc.message, 2)
-        with contextlib.suppress(Exception):
+        try:
             demo.diagnostics()
+        except (Exception, KeyboardInterrupt):  # a Ctrl-C here still shuts down
+            say("(diagnostics cut short)")
     except KeyboardInterrupt as exc:
         interrupted = str(exc) or "SIGINT"
-    # A second Ctrl-C must not cut the shutdown short; the tools it runs inherit this.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Shutting down: no signal may cut it short (nor a second one the handler did not see).
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
     say()
     say("=== 9. Shut down " + "=" * 79)
     problems = demo.close()
+    if problems:
+        guardian.abandon()  # it removes what the shutdown could not
+    else:
+        guardian.release()
     say(f"total {time.monotonic() - started:.0f} s")
     if failure is not None:
         say(f"demo FAILED in step {failure.step}")
         return 1
     if interrupted:
         step = next((f"in step {t}" for t, _s, o in demo.timings if o == "interrupted"), None)
-        say(f"demo stopped by {interrupted} ({step or 'after step 8'})")
+        say(f"demo stopped by {interrupted} ({step or f'after step {args.until}'})")
         return 130
     if problems:
         say(f"demo FAILED in step 9. Shut down: {'; '.join(problems)}")
         return 1
+    if args.until != LAST_STEP:
+        say(f"demo OK up to step {args.until}")
+        return 0
     say("demo OK: 3 bundles Ready, 3 stub tasks bound across Go, Java and TypeScript")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    console.finish()  # a stdout broken since the last line must not turn 130 into 120
+    sys.exit(code)

@@ -120,6 +120,15 @@ def test_the_demo_installs_the_chart_and_binds_three_bundles(demo: DemoRun) -> N
     # The one-time cost is stated before anything is built.
     assert 0 <= demo.out.find("One-time cost on a fresh machine") < demo.out.index("=== 1. ")
 
+    # 4: the bundles are served by the git server pod of the very manifests the kind path
+    # applies (hack/kind/examples/), and pushed to it.
+    serve = demo.section("4")
+    assert "(hack/kind/examples/namespace.yaml and git-server.yaml, as make kind-examples)" in serve
+    assert re.search(
+        r"^git repository \S+ \(basic auth\), pushed branch main at [0-9a-f]{12}$", serve, re.M
+    )
+    assert re.search(r"^\s+pod/bundle-git-server-\S+\s+1/1\s+Running", demo.out, re.M)
+
     # 5: helm installed the chart; its hook Job created the binding tables.
     assert "the pre-install hook Job ran `taskhandler-operator db upgrade`" in demo.section("5")
     assert re.search(r"^\s+pod/thop-taskhandler-operator-\S+\s+1/1\s+Running", demo.out, re.M)
@@ -189,7 +198,6 @@ def test_the_demo_installs_the_chart_and_binds_three_bundles(demo: DemoRun) -> N
         "helm uninstall thop: done",
         "stop the control plane and the process node: done",
         "stop PostgreSQL: done",
-        "stop the git server: done",
         "$DEMO removed: yes",
     ):
         assert line in shutdown.splitlines(), shutdown

@@ -22,6 +22,10 @@ installs:
   control plane (the namespace and RBAC it needs, replicas, reconcile requests, bounded polls),
   shared by the operator e2e and chaos tests and the operator benchmark;
 * :mod:`.scratch`: where throwaway servers keep their data (tmpfs when roomy).
+* :mod:`.orders_cluster`: the example as the manifests of ``hack/kind/examples/`` (shared by
+  ``make kind-examples`` and ``make demo``), the Dag's seeding and the bundles' push;
+* :mod:`.guardian`: a watchdog process that cleans up after the demo if it dies uncleanly;
+* :mod:`.console`: printing that survives a broken stdout (``make demo | tee`` and Ctrl-C).
 
 The pytest plugins in ``tests/fixtures/`` turn these into fixtures.
 """

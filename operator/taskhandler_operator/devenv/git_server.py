@@ -3,8 +3,9 @@
 ``start_http_server`` runs :mod:`.http_server` (``git http-backend`` under ``/git/``, static
 files under ``/files/``) as its own process on a free loopback port; ``make_repo`` creates a
 bare repository under the server's git root plus a work tree, and ``GitRepo.commit`` writes,
-commits and pushes in one call. ``make demo`` serves its example bundles this way, and the
-source tests' fixtures (``tests/fixtures/sources.py``) are built on the same functions.
+commits and pushes in one call. The source tests' fixtures (``tests/fixtures/sources.py``)
+and the benchmarks are built on these functions (``make demo`` serves its bundles from a git
+server pod instead: :mod:`.orders_cluster`).
 """
 
 from __future__ import annotations
