@@ -36,6 +36,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any, Final
@@ -60,6 +61,7 @@ from taskhandler_operator.devenv.orders_example import (
     BUNDLES,
     DAG_ID,
     STUB_ARGUMENTS,
+    register_bundles,
 )
 from taskhandler_operator.devenv.postgres import (
     AIRFLOW_VERSION,
@@ -77,6 +79,7 @@ DEPLOYMENT: Final = f"{RELEASE}-taskhandler-operator"
 DB_SECRET: Final = "airflow-db"  # noqa: S105 - a Secret's name
 READY_TIMEOUT: Final = 300.0
 HEARTBEAT: Final = 30.0
+BUNDLE_NAMES: Final = tuple(b.name for b in BUNDLES)
 LAST_STEP: Final = 8
 ONE_TIME_COST: Final = (
     "One-time cost on a fresh machine (cached in $THOP_CACHE afterwards): the Kubernetes "
@@ -272,6 +275,15 @@ class Demo:
         say(f"git repository {url} (basic auth), pushed branch main at {commit[:12]}")
         for rel in sorted(files):
             say(rel, 4)
+        # As Airflow's dag processor would with a GitDagBundle per bundle at this commit: the
+        # workers' DagBundles exist, so DagBundleInSync is True from the first pass.
+        engine = create_sync_engine(self.url)
+        try:
+            with engine.begin() as conn:
+                register_bundles(conn, commit, datetime.now(UTC))
+        finally:
+            engine.dispose()
+        say(f"Airflow's dag_bundle rows at version {commit[:12]}: " + ", ".join(BUNDLE_NAMES))
 
     # -- 5
 
@@ -351,6 +363,10 @@ class Demo:
     def show_results(self) -> None:
         say("$ kubectl get thb -n " + NAMESPACE)
         say_block(self.kubectl("get", "thb", "-n", NAMESPACE))
+        say(f"$ kubectl get thb -n {NAMESPACE} -o wide")
+        say_block(self.kubectl("get", "thb", "-n", NAMESPACE, "-o", "wide"))
+        say(f"$ kubectl describe thb orders-go -n {NAMESPACE}")
+        say_block(self.kubectl("describe", "thb", "orders-go", "-n", NAMESPACE))
         say("Bindings the scheduler resolves (scheduler.resolve_task_handlers_sync):")
         keys = [(DAG_ID, task_id) for task_id in STUB_ARGUMENTS]
         engine = create_sync_engine(self.url)

@@ -44,6 +44,7 @@ COMMANDS: dict[str, str] = {
     "rbac": "taskhandler_operator.kube.commands",
     "fetch": "taskhandler_operator.sources.commands",
     "sync": "taskhandler_operator.sources.commands",
+    "check-artifact-server": "taskhandler_operator.sources.commands",
     "run": "taskhandler_operator.controller.commands",
 }
 

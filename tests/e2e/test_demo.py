@@ -35,6 +35,11 @@ pytestmark = [
     pytest.mark.timeout(2 * DEMO_TIMEOUT + 120),
 ]
 
+NAMES = ("orders-go", "orders-java", "orders-typescript")
+LANGUAGES = ("go", "java", "typescript")
+# A healthy bundle's conditions (kstatus' Reconciling and Stalled are absent when healthy).
+ALL_TRUE = ("Ready", "SourceReady", "ArtifactsProbed", "BindingsPublished", "DagBundleInSync")
+
 BINDINGS = (
     ("extract", "orders-go/extract"),
     ("transform", "orders-java/orders-transform.jar"),
@@ -94,6 +99,16 @@ def line_pattern(quoted: str) -> re.Pattern[str]:
     return re.compile(r"^\s*" + ".*".join(pieces) + r"\s*$", re.M)
 
 
+def conditions_described(text: str) -> dict[str, str]:
+    """Type -> Status from the ``Conditions:`` block of ``kubectl describe`` output."""
+    block = re.search(r"^(\s+)Conditions:\n(.*?)(?=^\1\S|\Z)", text, re.M | re.S)
+    assert block is not None, text
+    types = re.findall(r"^\s+Type:\s+(\S+)$", block.group(2), re.M)
+    statuses = re.findall(r"^\s+Status:\s+(\S+)$", block.group(2), re.M)
+    assert len(types) == len(statuses), block.group(2)
+    return dict(zip(types, statuses, strict=True))
+
+
 def work_folder(out: str) -> Path:
     match = re.search(r"^work folder \$DEMO = (\S+)$", out, re.M)
     assert match is not None, out[:500]
@@ -118,23 +133,49 @@ def test_the_demo_installs_the_chart_and_binds_three_bundles(demo: DemoRun) -> N
     assert "the pre-install hook Job ran `taskhandler-operator db upgrade`" in demo.section("5")
     assert re.search(r"^\s+pod/thop-taskhandler-operator-\S+\s+1/1\s+Running", demo.out, re.M)
 
-    # 6: progress shows the conditions as they change, ending with all Ready.
-    for name in ("orders-go", "orders-java", "orders-typescript"):
-        assert re.search(rf"^\s+\d+\.\d s  {name}: Ready=True \(Succeeded\)", demo.out, re.M)
+    # 4: Airflow's dag_bundle rows for the three bundles, at the commit served.
+    assert re.search(
+        r"^Airflow's dag_bundle rows at version [0-9a-f]{12}: orders-go, orders-java, "
+        r"orders-typescript$",
+        demo.section("4"),
+        re.M,
+    ), demo.section("4")
+
+    # 6: progress shows the conditions as they change, ending with all Ready, and the first
+    # Ready screen is all True: DagBundleInSync too (the DagBundle is registered), no
+    # Reconciling or Stalled.
+    for name in NAMES:
+        ready = re.search(rf"^\s+\d+\.\d s  {name}: (Ready=True \(Succeeded\).*)$", demo.out, re.M)
+        assert ready is not None, demo.section("6")
+        shown = dict(re.findall(r"(\w+)=(\w+) \(\w+\)", ready.group(1)))
+        assert shown == dict.fromkeys(ALL_TRUE, "True"), ready.group(1)
+        assert "DagBundleInSync=True (InSync)" in ready.group(1)
+    assert "UnknownDagBundle" not in demo.out
     assert re.search(r"^all 3 bundles Ready in \d+\.\d s$", demo.section("6"), re.M)
 
     # 7: kubectl get thb shows the three bundles Ready, then the scheduler's bindings.
     rows = demo.section("7")
-    for name, language in (
-        ("orders-go", "go"),
-        ("orders-java", "java"),
-        ("orders-typescript", "typescript"),
-    ):
+    table = rows.split("$ kubectl get thb -n thop-demo -o wide")[0]
+    assert re.search(
+        r"^\s+NAME\s+LANGUAGE\s+QUEUES\s+READY\s+REVISION\s+HANDLERS\s+BINDINGS\s+AGE$", table, re.M
+    ), table
+    for name, language in zip(NAMES, LANGUAGES, strict=True):
+        # The queue as a plain word, the revision short as Flux prints it.
         assert re.search(
-            rf'^\s+{name}\s+{language}\s+\["{language}"\]\s+True\s+[0-9a-f]{{40}}-\S+\s+1\s+1\s',
-            rows,
+            rf"^\s+{name}\s+{language}\s+{language}\s+True\s+main@sha1:[0-9a-f]{{8}}\s+1\s+1\s",
+            table,
             re.M,
-        ), rows
+        ), table
+    # -o wide: Suspended and the full revision (the commit and a digest of the path).
+    wide = rows.split("$ kubectl get thb -n thop-demo -o wide")[1].split("$ kubectl describe")[0]
+    assert re.search(r"\sAGE\s+SUSPENDED\s+FULL REVISION\s+REASON\s+MESSAGE$", wide, re.M), wide
+    for name in NAMES:
+        assert re.search(
+            rf"^\s+{name}\s.*\sfalse\s+[0-9a-f]{{40}}-[0-9a-f]{{12}}\s+Succeeded\s", wide, re.M
+        ), wide
+    # kubectl describe: every condition True.
+    described = rows.split("$ kubectl describe thb orders-go -n thop-demo")[1]
+    assert conditions_described(described) == dict.fromkeys(ALL_TRUE, "True"), described
     for task_id, target in BINDINGS:
         assert re.search(rf"^\s+orders_etl\.{task_id}\s+-> {re.escape(target)}$", rows, re.M)
 

@@ -74,6 +74,11 @@ chart's appVersion. Called with (list <image values> <root context>). */}}
 {{- include "thop.fullname" . -}}
 {{- end -}}
 
+{{/* The URL probe pods download from (THOP_ARTIFACT_SERVER_URL); helm test checks it too. */}}
+{{- define "thop.artifactServerUrl" -}}
+{{- .Values.artifactServer.url | default (printf "http://%s.%s.svc:%d" (include "thop.fullname" .) .Release.Namespace (int .Values.ports.artifactServer)) -}}
+{{- end -}}
+
 {{- define "thop.signingKeySecret" -}}
 {{- default (printf "%s-signing-key" (include "thop.fullname" .)) .Values.signingKey.existingSecret -}}
 {{- end -}}

@@ -287,7 +287,11 @@ async def _reconcile(
     interval = parse_duration(spec.interval).total_seconds()
     if spec.suspend:
         seen = Observation(
-            inputs.generation, datetime.now(UTC), suspended=True, requested_at=inputs.requested_at
+            inputs.generation,
+            datetime.now(UTC),
+            suspended=True,
+            requested_at=inputs.requested_at,
+            queues=spec.queues,
         )
         new = bundle_status(old, seen)
         written = await _publish(inputs, runtime, memory, old, new)
@@ -318,7 +322,7 @@ async def _reconcile(
         retries=memory.probe_retries,
     )
     store = BundleStore(runtime.poller, key)
-    progress = StatusProgress(inputs, runtime, memory, old)
+    progress = StatusProgress(inputs, runtime, memory, old, syncer, tuple(spec.queues))
     approve, approved_by, rollback = inputs.publish_control()
     ports = PassPorts(
         syncer=syncer,
@@ -381,6 +385,8 @@ async def _reconcile(
         codes=dict(prober.codes),
         requested_at=inputs.requested_at,
         synced_revision=revision,
+        source_revision=syncer.last.source if syncer.last is not None else None,
+        queues=spec.queues,
         dag_bundle=in_sync,
         dag_bundle_error=in_sync_failed,
     )
@@ -508,6 +514,10 @@ class StatusProgress:
     runtime: OperatorRuntime
     memory: BundleMemory
     old: TaskHandlerBundleStatus
+    # The pass' source (its last revision's own spelling) and spec.queues, for the short
+    # revision and the queues kubectl get shows.
+    syncer: KubeSyncer | None = None
+    queues: tuple[str, ...] | None = None
     written: TaskHandlerBundleStatus | None = None
 
     async def probing(self, revision: str, candidates: Sequence[Candidate]) -> None:
@@ -523,8 +533,13 @@ class StatusProgress:
             return
         # No requested_at: lastHandledReconcileAt says a reconcile-now request was carried out,
         # which only the end of the pass can say (a user waits on it, as on Flux's).
+        last = self.syncer.last if self.syncer is not None else None
         seen = Observation(
-            generation=self.inputs.generation, now=datetime.now(UTC), synced_revision=revision
+            generation=self.inputs.generation,
+            now=datetime.now(UTC),
+            synced_revision=revision,
+            source_revision=last.source if last is not None and last.id == revision else None,
+            queues=self.queues,
         )
         try:
             new = probing_status(self.old, seen, paths)

@@ -65,6 +65,7 @@ from taskhandler_operator.kube.status import (
     Problem,
     PublicationStatus,
     TaskHandlerBundleStatus,
+    short_revision,
     status_artifacts,
     status_problems,
 )
@@ -102,6 +103,11 @@ class Observation:
     requested_at: str | None = None
     # The revision the sync step returned when a later step failed.
     synced_revision: str | None = None
+    # The source's own spelling of the synced revision (``main@sha1:<commit>``): the short
+    # revision kubectl get shows is cut from it.
+    source_revision: str | None = None
+    # spec.queues of the generation observed (None: unknown, the stored list stays).
+    queues: Sequence[str] | None = None
     # Airflow's DagBundle compared with the published revision (None: not read this pass).
     dag_bundle: DagBundleSync | None = None
     # The DagBundle check itself failed unexpectedly (DagBundleInSync Unknown, InternalError).
@@ -132,6 +138,16 @@ def bundle_status(old: TaskHandlerBundleStatus, seen: Observation) -> TaskHandle
     update: dict[str, Any] = {"observed_generation": gen}
     if seen.requested_at is not None:
         update["last_handled_reconcile_at"] = seen.requested_at
+    if seen.queues is not None:
+        # kubectl get prints a list as JSON (["go","java"]); a plain string reads better.
+        update["queues"] = ",".join(seen.queues)
+
+    def revised(revision: str) -> None:
+        update["revision"] = revision
+        if seen.source_revision is not None:
+            update["short_revision"] = short_revision(revision, seen.source_revision)
+        elif revision != old.revision or old.short_revision is None:
+            update["short_revision"] = short_revision(revision)
 
     def put(type_: T, status: S, reason: str, message: str) -> None:
         nonlocal conditions
@@ -160,7 +176,7 @@ def bundle_status(old: TaskHandlerBundleStatus, seen: Observation) -> TaskHandle
     if outcome is not None:
         summary = outcome.summary
         revision = summary.revision
-        update["revision"] = revision
+        revised(revision)
         update["published_revision"] = revision
         put(T.SOURCE_READY, S.TRUE, Reason.SYNCED, f"revision {revision}")
         counts = summary.counts
@@ -242,7 +258,7 @@ def bundle_status(old: TaskHandlerBundleStatus, seen: Observation) -> TaskHandle
     elif seen.synced_revision is not None and (error is None or error.step != "sync"):
         # A later step failed, or still runs (probing): the source is fine; the counts and
         # lists of the last good pass stay, as its bindings stay in the database.
-        update["revision"] = seen.synced_revision
+        revised(seen.synced_revision)
         put(T.SOURCE_READY, S.TRUE, Reason.SYNCED, f"revision {seen.synced_revision}")
     if seen.dag_bundle is not None and outcome is not None:
         found = seen.dag_bundle

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final
 
+from sqlalchemy import Connection
+
 from taskhandler_operator.artifacts.models import Language
-from taskhandler_operator.devenv.serialized_dags import literal_arg, xcom_arg
+from taskhandler_operator.devenv.serialized_dags import literal_arg, register_dag_bundle, xcom_arg
 
 DAG_ID: Final = "orders_etl"
 DAG_FILE: Final = "orders_etl.py"
@@ -135,3 +138,12 @@ BUNDLES: Final = (
         TYPESCRIPT_HANDLERS,
     ),
 )
+
+
+def register_bundles(conn: Connection, commit: str, refreshed_at: datetime) -> None:
+    """Airflow's ``dag_bundle`` rows for the three bundles, as its dag processor writes them
+    for a ``GitDagBundle`` per bundle tracking the example repository at ``commit``: without
+    them the operator reports ``DagBundleInSync=False`` (``UnknownDagBundle``), since workers
+    download artifacts from the DagBundle of the binding's name."""
+    for bundle in BUNDLES:
+        register_dag_bundle(conn, bundle.name, commit, refreshed_at)

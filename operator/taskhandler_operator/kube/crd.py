@@ -215,14 +215,21 @@ def _column(name: str, type_: str, path: str, description: str, priority: int = 
 
 PRINTER_COLUMNS: list[Schema] = [
     _column("Language", "string", ".spec.language", "Language of the artifacts."),
-    _column("Queues", "string", ".spec.queues", "Stub queues the bundle serves."),
+    # Status strings the operator writes: a list column prints as JSON (["go","java"]) and a
+    # 40-hex commit makes the table wider than a terminal.
+    _column("Queues", "string", ".status.queues", "Stub queues the bundle serves."),
     _column(
         "Ready",
         "string",
         _ready("status"),
         "Whether every stub on the bundle's queues is bound at the current revision.",
     ),
-    _column("Revision", "string", ".status.revision", "Source revision last synced."),
+    _column(
+        "Revision",
+        "string",
+        ".status.shortRevision",
+        "Source revision last synced, short (main@sha1:1a2b3c4d).",
+    ),
     _column(
         "Handlers", "integer", ".status.counts.handlers", "Task handlers the artifacts register."
     ),
@@ -231,6 +238,10 @@ PRINTER_COLUMNS: list[Schema] = [
     ),
     _column("Age", "date", ".metadata.creationTimestamp", "Time since the resource was created."),
     # Shown with -o wide.
+    _column("Suspended", "boolean", ".spec.suspend", "Whether reconciling is suspended.", 1),
+    _column(
+        "Full Revision", "string", ".status.revision", "Source revision last synced.", priority=1
+    ),
     _column("Reason", "string", _ready("reason"), "Reason of the Ready condition.", priority=1),
     _column("Message", "string", _ready("message"), "Message of the Ready condition.", priority=1),
 ]

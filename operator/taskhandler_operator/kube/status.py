@@ -36,6 +36,7 @@ __all__ = [
     "PublicationStatus",
     "TaskHandlerBundleStatus",
     "bounded",
+    "short_revision",
     "shorten",
     "status_artifacts",
     "status_problems",
@@ -54,6 +55,9 @@ MAX_CONDITION_MESSAGE_CHARS = 1024
 MAX_ITEM_MESSAGE_CHARS = 512
 MAX_PATH_CHARS = 1024
 MAX_REASON_CHARS = 128
+MAX_QUEUES_CHARS = 1024
+# A branch or tag name can be long; the column stays bounded.
+MAX_SHORT_REVISION_CHARS = 128
 # metav1.Condition's reason grammar (CamelCase, no spaces).
 REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 TYPE_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
@@ -67,6 +71,29 @@ def shorten(text: str, limit: int, keep_end: bool = False) -> str:
     if len(text) <= limit:
         return text
     return "…" + text[-(limit - 1) :] if keep_end else text[: limit - 1] + "…"
+
+
+#: Hex digits a short revision keeps, as Flux and ``git log --oneline`` show a commit.
+SHORT_DIGEST_CHARS = 8
+
+
+def short_revision(revision: str, source: str | None = None) -> str:
+    """The revision as ``kubectl get`` shows it.
+
+    ``source`` is the source's own spelling of the revision (``main@sha1:<40 hex>`` for a git
+    branch or tag, ``sha1:<40 hex>`` for a commit, ``sha256:<64 hex>`` for http (the pinned
+    sha256), s3 (the listing digest) and volume (the content digest)); its digest is cut to
+    :data:`SHORT_DIGEST_CHARS`: ``main@sha1:1a2b3c4d``, ``sha256:1a2b3c4d``. Without it only the
+    revision id is known (``<commit>[-<path digest>]``, ``<sha256>[-<name digest>]``, a
+    digest): its first :data:`SHORT_DIGEST_CHARS` characters. The full id stays in
+    ``status.revision``.
+    """
+    if source:
+        head, sep, digest = source.rpartition(":")
+        if sep and digest:
+            return f"{head}:{digest[:SHORT_DIGEST_CHARS]}"
+        return source[:MAX_SHORT_REVISION_CHARS]
+    return revision[:SHORT_DIGEST_CHARS]
 
 
 def _fit(limit: int, keep_end: bool = False) -> BeforeValidator:
@@ -290,6 +317,21 @@ class TaskHandlerBundleStatus(_Status):
     )
     revision: str | None = Field(
         default=None, max_length=512, description="Source revision last synced."
+    )
+    short_revision: (
+        Annotated[str, _fit(MAX_SHORT_REVISION_CHARS), Field(max_length=MAX_SHORT_REVISION_CHARS)]
+        | None
+    ) = Field(
+        default=None,
+        description="The revision as kubectl get shows it, e.g. main@sha1:1a2b3c4d or "
+        "sha256:1a2b3c4d (revision holds the full one).",
+    )
+    queues: Annotated[str, _fit(MAX_QUEUES_CHARS), Field(max_length=MAX_QUEUES_CHARS)] | None = (
+        Field(
+            default=None,
+            description="The queues of spec.queues the status describes, comma-separated, as "
+            "kubectl get shows them.",
+        )
     )
     published_revision: str | None = Field(
         default=None,

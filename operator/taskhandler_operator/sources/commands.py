@@ -1,4 +1,5 @@
-"""CLI: ``fetch`` (a probe pod's init container) and ``sync`` (try a source without a cluster).
+"""CLI: ``fetch`` (a probe pod's init container), ``sync`` (try a source without a cluster)
+and ``check-artifact-server`` (``helm test``: does the artifact server accept our signatures).
 
 Both keep their imports inside the handlers: ``fetch`` runs in every probe pod, so it pays for
 the standard library's ``urllib`` only.
@@ -111,6 +112,49 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     sync.add_argument("--json", action="store_true", help="print JSON")
     sync.set_defaults(func=run_sync)
+
+    check = subparsers.add_parser(
+        "check-artifact-server",
+        help="check that the artifact server accepts URLs signed with a key (helm test)",
+        description="Sign a URL with the key in --signing-key-file for a file no revision "
+        "holds and fetch it from --url: the artifact server must answer 404 missing (it "
+        "accepted the signature), then 403 tampered to the same URL with a forged signature. "
+        "Connection failures are retried until --timeout. Exit status: 0 passed, 1 the check "
+        "failed (the message says why), 2 bad arguments or key file.",
+    )
+    check.add_argument("--url", required=True, metavar="URL", help="the artifact server's base URL")
+    check.add_argument(
+        "--signing-key-file", required=True, type=Path, metavar="F", help="the signing key"
+    )
+    check.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=60.0,
+        metavar="S",
+        help="how long to retry connecting (default 60)",
+    )
+    check.set_defaults(func=run_check_artifact_server)
+
+
+def run_check_artifact_server(args: argparse.Namespace) -> int:
+    from taskhandler_operator.sources.selfcheck import (
+        ArtifactServerCheckFailed,
+        check_artifact_server,
+        read_key,
+    )
+
+    try:
+        key = read_key(args.signing_key_file)
+    except ArtifactServerCheckFailed as exc:
+        print(f"check-artifact-server: {_one_line(exc.message)}", file=sys.stderr)
+        return 2
+    try:
+        line = check_artifact_server(args.url, key, timeout=args.timeout)
+    except ArtifactServerCheckFailed as exc:
+        print(f"check-artifact-server: FAILED: {_one_line(exc.message)}", file=sys.stderr)
+        return 1
+    print(line)
+    return 0
 
 
 # -- fetch ---------------------------------------------------------------------------------

@@ -11,7 +11,9 @@ and keeps the bindings, ``helm uninstall`` removes the operator but keeps the CR
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +53,7 @@ def get_json(cluster: KubeCluster, *args: str) -> Any:
 
 
 def operator_pods(cluster: KubeCluster, namespace: str) -> list[dict[str, Any]]:
-    selector = "app.kubernetes.io/name=taskhandler-operator,app.kubernetes.io/component!=db-upgrade"
+    selector = "app.kubernetes.io/name=taskhandler-operator,app.kubernetes.io/component=operator"
     pods: list[dict[str, Any]] = get_json(cluster, "pods", "-n", namespace, "-l", selector)["items"]
     return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
 
@@ -200,6 +202,8 @@ def _after_install(
     assert ref is not None and ref.bundle_info is not None, ref
     assert ref.bundle_info.name == "orders-go"
 
+    helm_test(cluster, namespace)
+
     # A changed value rolls the operator (Recreate) and the bindings stay.
     upgraded = cluster.helm(
         "upgrade",
@@ -232,6 +236,50 @@ def _after_install(
     cluster.kubectl("get", "crd", names.CRD_NAME)
     kept = get_json(cluster, "thb", "orders-go", "-n", namespace)
     assert kept["spec"]["bundleName"] == "orders-go"
+
+
+def helm_test(cluster: KubeCluster, namespace: str) -> None:
+    """``helm test``: its Pod (restricted, no token) checks the database and fetches a signed
+    URL from the artifact server. With another key in the signing-key Secret than the one the
+    running operator signs with, the same test fails and says so."""
+
+    def run(*args: str) -> Any:
+        return cluster.helm(
+            "test", RELEASE, "-n", namespace, "--timeout=3m", *args, check=False, timeout=200
+        )
+
+    # A passed test Pod is deleted at once (hook-succeeded), so no --logs here: the artifact
+    # server's own log shows the two requests it answered.
+    passed = run()
+    assert passed.returncode == 0, (
+        f"{passed.stdout}{passed.stderr}\n{diagnostics(cluster, namespace)}"
+    )
+    suite = rf"TEST SUITE:\s+{DEPLOYMENT}-test\n(.*\n)*?Phase:\s+Succeeded"
+    assert re.search(suite, passed.stdout), passed.stdout
+    (pod,) = operator_pods(cluster, namespace)
+    log = cluster.kubectl("logs", pod["metadata"]["name"], "-n", namespace).stdout
+    for verdict in ("missing", "tampered"):
+        assert re.search(
+            rf"artifact request refused \({verdict}\): /v1/artifacts/thop-check/signing-check/",
+            log,
+        ), log[-3000:]
+
+    secret = f"{DEPLOYMENT}-signing-key"
+    original = get_json(cluster, "secret", secret, "-n", namespace)["data"]["key"]
+    other = base64.b64encode(b"another-key-" + b"0" * 40).decode()
+    patch = {"data": {"key": other}}
+    cluster.kubectl("patch", "secret", secret, "-n", namespace, "-p", json.dumps(patch))
+    try:
+        failed = run("--logs")  # a failed test Pod is kept: its log says why
+    finally:
+        patch = {"data": {"key": original}}
+        cluster.kubectl("patch", "secret", secret, "-n", namespace, "-p", json.dumps(patch))
+    assert failed.returncode != 0, failed.stdout
+    assert re.search(r"Phase:\s+Failed", failed.stdout), failed.stdout
+    assert "refused a URL signed with the mounted key (403 tampered)" in (
+        failed.stdout + failed.stderr
+    ), failed.stdout + failed.stderr
+    cluster.kubectl("delete", "pod", f"{DEPLOYMENT}-test", "-n", namespace, "--wait=false")
 
 
 def wait_ready(cluster: KubeCluster, namespace: str) -> None:

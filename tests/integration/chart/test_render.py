@@ -80,6 +80,7 @@ def test_defaults_are_accepted_by_the_apiserver(
         "NetworkPolicy",
         "Secret",
         "Job",
+        "Pod",  # helm test's
     }
     crd = one(objects, "CustomResourceDefinition")
     committed = yaml.safe_load((CHART / "files" / "crd.yaml").read_text())
@@ -113,6 +114,46 @@ def test_defaults_are_accepted_by_the_apiserver(
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
     assert job["spec"]["activeDeadlineSeconds"] == 300 and job["spec"]["backoffLimit"] == 1
     assert job["spec"]["template"]["spec"]["containers"][0]["args"] == ["db", "upgrade"]
+
+
+def test_the_helm_test_pod_checks_the_database_and_the_artifact_server(
+    kube_namespace: str, render: Render
+) -> None:
+    objects = render()
+    pod = one(objects, "Pod")
+    deployment = one(objects, "Deployment")
+    assert pod["metadata"]["name"] == "thop-taskhandler-operator-test"
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert pod["metadata"]["labels"]["app.kubernetes.io/component"] == "helm-test"
+    # Never an endpoint of the artifact Service (nor selected by the Deployment).
+    selector = one(objects, "Service")["spec"]["selector"]
+    assert any(pod["metadata"]["labels"].get(k) != v for k, v in selector.items())
+    spec = pod["spec"]
+    assert spec["restartPolicy"] == "Never" and spec["automountServiceAccountToken"] is False
+    assert "serviceAccountName" not in spec  # no token, so no account of the operator's
+    assert spec["securityContext"] == deployment["spec"]["template"]["spec"]["securityContext"]
+    (db_check,) = spec["initContainers"]
+    (artifacts,) = spec["containers"]
+    assert (db_check["command"], db_check["args"]) == (["taskhandler-operator"], ["db", "check"])
+    assert artifacts["args"] == [
+        "check-artifact-server",
+        f"--url=http://thop-taskhandler-operator.{kube_namespace}.svc:8090",
+        "--signing-key-file=/etc/taskhandler-operator/signing-key/key",
+    ]
+    # The same URL, Secrets and image as the operator it checks.
+    assert f"--url={env_of(deployment)['THOP_ARTIFACT_SERVER_URL']}" in artifacts["args"]
+    operator = deployment["spec"]["template"]["spec"]
+    for name in ("signing-key", "database-url"):
+        assert next(v for v in spec["volumes"] if v["name"] == name) == next(
+            v for v in operator["volumes"] if v["name"] == name
+        )
+    for container in (db_check, artifacts):
+        assert container["image"] == operator["containers"][0]["image"]
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    # A URL of the operator's own (no cluster DNS) is the one checked too.
+    moved = one(render("--set", "artifactServer.url=http://10.0.0.7:8090"), "Pod")
+    assert "--url=http://10.0.0.7:8090" in moved["spec"]["containers"][0]["args"]
 
 
 def test_the_settings_checksum_is_always_a_string(kube_cluster: KubeCluster) -> None:

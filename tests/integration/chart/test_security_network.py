@@ -235,6 +235,9 @@ def test_the_apiserver_accepts_the_policies_and_admits_every_pod_under_restricte
         if o["kind"] in ("Deployment", "Job")
     }
     assert len(templates) == 2, sorted(templates)  # the operator and the migration Job
+    # helm test's Pod, as the chart renders it.
+    (test_pod,) = [o for o in objects if o["kind"] == "Pod"]
+    templates["helm test"] = {"spec": test_pod["spec"]}
     for language in Language:
         job = probe_job(kube_namespace, language)
         templates[f"probe/{language.value}"] = job["spec"]["template"]
@@ -252,3 +255,38 @@ def test_the_apiserver_accepts_the_policies_and_admits_every_pod_under_restricte
                 [container.get("command"), container.get("args"), container.get("env")]
             )
             assert "postgresql" not in shown, f"{what}: {shown}"
+
+
+def test_the_helm_test_pod_reaches_the_artifact_port_of_its_own_release_only(
+    render: Render, kube_namespace: str
+) -> None:
+    """``helm test`` fetches a signed URL from the artifact server, as a probe pod does: the
+    operator's policy admits this release's test Pod there, and on no other port it closes."""
+    objects = render()
+    policies = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    ops = operator_pod(objects, kube_namespace)
+    (test_pod,) = [o for o in objects if o["kind"] == "Pod"]
+    labels = test_pod["metadata"]["labels"]
+    tester = Endpoint.pod(kube_namespace, labels, ip="10.244.1.9")
+    assert allowed(policies, tester, ops, ARTIFACT_PORT)
+    assert not allowed(policies, tester, ops, 9999)
+    # Another release's test Pod, or the same labels in another namespace: refused.
+    other_release = {**labels, "app.kubernetes.io/instance": "other"}
+    assert not allowed(policies, Endpoint.pod(kube_namespace, other_release), ops, ARTIFACT_PORT)
+    assert not allowed(policies, Endpoint.pod("team-z", labels), ops, ARTIFACT_PORT)
+    # The control: without the helm-test rule the same Pod is refused.
+    without = [
+        {
+            **p,
+            "spec": {
+                **p["spec"],
+                "ingress": [
+                    rule
+                    for rule in p["spec"].get("ingress", [])
+                    if "helm-test" not in json.dumps(rule)
+                ],
+            },
+        }
+        for p in policies
+    ]
+    assert not allowed(without, tester, ops, ARTIFACT_PORT)

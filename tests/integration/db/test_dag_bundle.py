@@ -218,3 +218,37 @@ def test_cli_on_a_database_without_airflow(
         f"error: 127.0.0.1:{pg_server.port}/{name} has no Airflow table 'dag_bundle' (Airflow 3 "
         "keeps its DagBundles there); is this Airflow's metadata database?\n"
     )
+
+
+def test_the_demo_registers_a_dag_bundle_as_airflows_dag_processor_does(
+    sync_engine: Engine, db_url: str, airflow_cli: AirflowCli, tmp_path: Path
+) -> None:
+    """``make demo`` seeds its bundles' ``dag_bundle`` rows itself: every column must be what
+    Airflow's Dag processor writes for a versioned bundle at the same commit ("java", above),
+    and the operator's check must then answer InSync, not UnknownDagBundle."""
+    from datetime import UTC, datetime
+
+    from taskhandler_operator.devenv.orders_example import BUNDLES, register_bundles
+
+    _run_dag_processor(airflow_cli, db_url, tmp_path)
+    with sync_engine.begin() as conn:
+        before = {r.name for r in conn.execute(sa.text("SELECT name FROM dag_bundle"))}
+        assert not before & {b.name for b in BUNDLES}
+        register_bundles(conn, PROBED, datetime.now(UTC))
+        register_bundles(conn, PROBED, datetime.now(UTC))  # a second run changes nothing else
+    with sync_engine.connect() as conn:
+        columns = [c["name"] for c in sa.inspect(conn).get_columns("dag_bundle")]
+        rows = {
+            r["name"]: r for r in conn.execute(sa.text("SELECT * FROM dag_bundle")).mappings().all()
+        }
+        airflows = rows["java"]
+        for bundle in BUNDLES:
+            ours = rows[bundle.name]
+            assert {c: ours[c] for c in columns if c not in ("name", "last_refreshed")} == {
+                c: airflows[c] for c in columns if c not in ("name", "last_refreshed")
+            }
+            assert ours["last_refreshed"] is not None
+            found = dag_bundle_sync_sync(conn, bundle.name, PROBED)
+            assert (found.reason, found.status) == ("InSync", "True"), found.message
+        teams = conn.execute(sa.text("SELECT count(*) FROM dag_bundle_team")).scalar()
+        assert teams == 0

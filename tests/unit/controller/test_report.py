@@ -281,3 +281,26 @@ async def test_a_failed_dag_bundle_check_is_an_internal_error_on_its_condition_o
     )
     assert cond(status, "DagBundleInSync") == ("Unknown", "InternalError")
     assert cond(status, "Ready") == ("True", "Succeeded")  # informational, as when it works
+
+
+async def test_the_short_revision_and_the_queues_kubectl_get_shows(good: PassOutcome) -> None:
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    seen = Observation(
+        1, T0, outcome=good, source_revision=f"main@sha1:{commit}", queues=("go", "go-fast")
+    )
+    status = bundle_status(TaskHandlerBundleStatus(), seen)
+    assert status.revision == good.summary.revision  # the full id stays
+    assert (status.short_revision, status.queues) == ("main@sha1:01234567", "go,go-fast")
+    body = status.to_body()
+    assert (body["shortRevision"], body["queues"]) == ("main@sha1:01234567", "go,go-fast")
+
+    # A later pass that saw no source spelling (a mid-pass write) keeps the short form of the
+    # same revision; a new revision without one shows the id's first 8 characters.
+    kept = bundle_status(status, Observation(1, T0, synced_revision=status.revision))
+    assert (kept.short_revision, kept.queues) == ("main@sha1:01234567", "go,go-fast")
+    new = bundle_status(status, Observation(1, T0, synced_revision="fedcba9876543210-abc"))
+    assert new.short_revision == "fedcba98"
+
+    # Suspended: nothing is reconciled, but the queues follow the spec.
+    suspended = bundle_status(status, Observation(2, T0, suspended=True, queues=("go",)))
+    assert (suspended.short_revision, suspended.queues) == ("main@sha1:01234567", "go")

@@ -155,14 +155,24 @@ def test_printer_columns() -> None:
         "Handlers",
         "Bindings",
         "Age",
+        "Suspended",
+        "Full Revision",
         "Reason",
         "Message",
     ]
     assert columns["Ready"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'
     assert columns["Handlers"]["jsonPath"] == ".status.counts.handlers"
+    # Status strings the operator writes: no JSON list, no 40-hex commit in the table.
+    assert columns["Queues"]["jsonPath"] == ".status.queues"
+    assert columns["Revision"]["jsonPath"] == ".status.shortRevision"
+    assert columns["Full Revision"]["jsonPath"] == ".status.revision"
+    assert (columns["Suspended"]["jsonPath"], columns["Suspended"]["type"]) == (
+        ".spec.suspend",
+        "boolean",
+    )
     assert columns["Age"]["type"] == "date"
     wide = [name for name, c in columns.items() if c.get("priority") == 1]
-    assert wide == ["Reason", "Message"]
+    assert wide == ["Suspended", "Full Revision", "Reason", "Message"]
 
 
 def test_yaml_has_the_generated_header_and_parses_back() -> None:
@@ -240,3 +250,15 @@ def test_crd_check_of_a_device_fifo_or_folder_is_one_line(
     assert main(["crd", "--check", "--file", str(target)]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"error: {target}: is ") and err.count("\n") == 1, err
+
+
+def test_short_revisions_for_each_source_kind() -> None:
+    from taskhandler_operator.kube.status import short_revision
+
+    commit, digest = "0123456789abcdef" * 2 + "01234567", "a1b2c3d4" * 8
+    assert short_revision(f"{commit}-0a1b2c3d4e5f", f"main@sha1:{commit}") == "main@sha1:01234567"
+    assert short_revision(commit, f"v1.2.0@sha1:{commit}") == "v1.2.0@sha1:01234567"
+    assert short_revision(commit, f"sha1:{commit}") == "sha1:01234567"  # a commit ref
+    # http (the pinned sha256), s3 (listing digest), volume (content digest)
+    assert short_revision(f"{digest}-0a1b2c3d4e5f", f"sha256:{digest}") == "sha256:a1b2c3d4"
+    assert short_revision(digest) == "a1b2c3d4"  # only the id known

@@ -149,3 +149,25 @@ def test_a_commit_ref_is_forty_hex_digits_whole() -> None:
 
     assert GitSource(url="https://g/x.git", ref="a" * 40).is_commit
     assert not GitSource(url="https://g/x.git", ref="a" * 41).is_commit
+
+
+# --- check-artifact-server's verdicts (sources/selfcheck.py: judge) -------------------------
+
+
+def test_the_self_check_names_each_way_it_fails() -> None:
+    from taskhandler_operator.sources.selfcheck import Answer, ArtifactServerCheckFailed, judge
+
+    url = "http://thop.ops.svc:8090"
+    ok, forged = Answer(404, "missing"), Answer(403, "tampered")
+    assert judge(url, ok, forged).startswith(f"artifact server {url}: a URL signed with the")
+    cases = {
+        (Answer(403, "tampered"), forged): "the operator signs with another key",
+        (Answer(403, "expired"), forged): "clock and the operator's differ",
+        (Answer(200, "hello"), forged): "HTTP 200 'hello' (expected 404 missing)",
+        (Answer(404, "page not found"), forged): "is that URL the operator's artifact server?",
+        (ok, Answer(404, "missing")): "to a URL with a forged signature (expected 403 tampered)",
+    }
+    for (signed, bad), words in cases.items():
+        with pytest.raises(ArtifactServerCheckFailed) as caught:
+            judge(url, signed, bad)
+        assert words in caught.value.message, caught.value.message
