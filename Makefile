@@ -159,7 +159,8 @@ kind-install:
 	  --set probe.imagePullPolicy=Never --set 'probe.namespaces={$(THOP_NS),$(EXAMPLES_NS)}' --wait
 
 # The in-cluster git server, the three test runtimes built and pushed to it through a
-# port-forward, then the three bundles; waits until they are Ready.
+# port-forward (and registered in Airflow's dag_bundle table at that commit, as the dag
+# processor would), then the three bundles; waits until they are Ready.
 kind-examples: venv
 	kubectl apply -f hack/kind/examples/namespace.yaml
 	kubectl -n $(EXAMPLES_NS) get secret git-auth >/dev/null 2>&1 || \
@@ -167,9 +168,12 @@ kind-examples: venv
 	    --from-literal=password=$$(openssl rand -hex 16)
 	kubectl apply -f hack/kind/examples/git-server.yaml
 	kubectl -n $(EXAMPLES_NS) rollout status deployment/bundle-git-server --timeout=180s
-	kubectl -n $(EXAMPLES_NS) port-forward svc/bundle-git-server 18080:80 & pf=$$!; sleep 3; \
+	kubectl -n $(EXAMPLES_NS) port-forward svc/bundle-git-server 18080:80 & pf=$$!; \
+	  kubectl -n airflow port-forward svc/postgres 15432:5432 & pg=$$!; sleep 3; \
 	  THOP_GIT_PASSWORD=$$(kubectl -n $(EXAMPLES_NS) get secret git-auth -o jsonpath='{.data.password}' | base64 -d) \
-	  $(ORDERS) push --url http://127.0.0.1:18080/orders-bundles.git; rc=$$?; kill $$pf; exit $$rc
+	  $(ORDERS) push --url http://127.0.0.1:18080/orders-bundles.git \
+	    --database-url postgresql+psycopg://airflow:airflow@127.0.0.1:15432/airflow; \
+	  rc=$$?; kill $$pf $$pg; exit $$rc
 	kubectl apply -f hack/kind/examples/bundles.yaml
 	kubectl -n $(EXAMPLES_NS) wait thb --all --for=condition=Ready --timeout=300s
 	kubectl -n $(EXAMPLES_NS) get thb

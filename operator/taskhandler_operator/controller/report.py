@@ -238,7 +238,8 @@ def bundle_status(old: TaskHandlerBundleStatus, seen: Observation) -> TaskHandle
                 put(T.BINDINGS_PUBLISHED, status_, reason_, message_)
                 update["published_revision"] = at
         ready_message = (
-            f"{published_bindings(outcome)} bindings of {counts.handlers} task handlers at "
+            f"{_count(published_bindings(outcome), 'binding')} of "
+            f"{_count(counts.handlers, 'task handler')} at "
             f"revision {update.get('published_revision', revision)}"
         )
         update["counts"] = Counts(

@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
@@ -42,6 +43,7 @@ from taskhandler_operator.devenv.orders_example import (
     DAG_ID,
     DAG_SOURCE,
     STUB_ARGUMENTS,
+    register_bundles,
 )
 from taskhandler_operator.devenv.postgres import (
     AIRFLOW_VERSION,
@@ -210,6 +212,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     push = commands.add_parser("push", help="build the three test runtimes and push them")
     push.add_argument("--url", required=True, help=f"the repository, e.g. .../{REPOSITORY}.git")
     push.add_argument("--username", default=GIT_USER)
+    push.add_argument(
+        "--database-url",
+        help="also register the bundles in Airflow's dag_bundle table at the pushed commit, as "
+        "Airflow's dag processor would (without it they report UnknownDagBundle)",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="thop-orders-") as scratch:
         if args.command == "seed":
@@ -223,6 +230,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         files = bundle_files(build_artifacts())
         commit = push_bundles(args.url, args.username, password, files, Path(scratch))
         print(f"pushed {', '.join(sorted(files))} to main at {commit[:12]}")
+        if args.database_url:
+            engine = create_sync_engine(args.database_url)
+            try:
+                with engine.begin() as conn:
+                    register_bundles(conn, commit, datetime.now(UTC))
+            finally:
+                engine.dispose()
+            print(f"registered {', '.join(b.name for b in BUNDLES)} in dag_bundle at {commit[:12]}")
     return 0
 
 

@@ -90,6 +90,10 @@ async def test_a_good_pass_is_ready_with_counts_and_announces_revision_and_bindi
     assert cond(status, "ArtifactsProbed") == ("True", "Probed")
     assert cond(status, "BindingsPublished") == ("True", "Published")
     assert (status.counts.candidates, status.counts.probed, status.counts.bindings) == (2, 2, 2)
+    ready_message = next(c for c in status.conditions if c.type == "Ready").message
+    handlers = status.counts.handlers
+    noun = "task handler" if handlers == 1 else "task handlers"
+    assert ready_message == f"2 bindings of {handlers} {noun} at revision {revision}"
     events = transition_events(TaskHandlerBundleStatus(), status)
     assert [(e.type, e.reason) for e in events] == [
         ("Normal", "NewRevision"),
