@@ -107,7 +107,7 @@ def on_process_node(doc: dict[str, Any]) -> dict[str, Any]:
     text = json.dumps(doc)
     for port in ("8090", "8080", "8081"):
         text = text.replace(port, str(free_port()))
-    moved = json.loads(text)
+    moved: dict[str, Any] = json.loads(text)
     for env in moved["spec"]["template"]["spec"]["containers"][0]["env"]:
         if env["name"] == "THOP_ARTIFACT_SERVER_URL":
             env["value"] = "http://127.0.0.1:" + env["value"].rsplit(":", 1)[1]
