@@ -99,6 +99,36 @@ def test_kustomize_base_renders_install_yaml() -> None:
     assert objects(done.stdout) == objects((DEPLOY / "install.yaml").read_text())
 
 
+def test_example_overlay_moves_namespace_image_and_replicas() -> None:
+    """The overlay docs/install.md points to leaves nothing of the base's namespace or tag."""
+    kubectl = ensure_bins()["kubectl"]
+    overlay = DEPLOY / "kustomize" / "overlays" / "example"
+    done = subprocess.run(
+        [str(kubectl), "kustomize", str(overlay)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert NAMESPACE not in done.stdout
+    rendered = objects(done.stdout)
+    (deployment,) = (o for k, o in rendered.items() if k[1] == "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    images = [container["image"]] + [
+        e["value"]
+        for e in container["env"]
+        if e["name"].startswith(("THOP_OPERATOR_IMAGE", "THOP_RUNTIME_IMAGES"))
+    ]
+    (job,) = (o for k, o in rendered.items() if k[1] == "Job")
+    images += [c["image"] for c in job["spec"]["template"]["spec"]["containers"]]
+    assert len(images) == 5 and all(i.endswith(":0.1.1") for i in images), images
+    (cluster_map,) = (k[3] for k in rendered if k[1] == "ConfigMap")
+    (env,) = (e for e in container["env"] if e["name"] == "THOP_CLUSTER_ID")
+    assert env["valueFrom"]["configMapKeyRef"]["name"] == cluster_map
+
+
 def on_process_node(doc: dict[str, Any]) -> dict[str, Any]:
     """Free host ports for the operator's listeners: process-node pods share the host network
     (the objects are otherwise applied as committed; the image name runs this checkout)."""
