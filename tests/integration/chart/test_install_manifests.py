@@ -169,6 +169,13 @@ def test_server_side_apply_install_yaml(kube_cluster: KubeCluster, pg_url: str) 
             "create", "configmap", "taskhandler-operator-cluster", "-n", NAMESPACE,
             f"--from-literal=clusterId={uid}",
         )  # fmt: skip
+        # The committed file as it is, as a user applies it (a server-side dry run: its ports
+        # are not free host ports on the process node).
+        dry = kubectl(
+            "apply", "--server-side", "--dry-run=server", "-f", str(DEPLOY / "install.yaml"),
+            check=False,
+        )  # fmt: skip
+        assert dry.returncode == 0, dry.stderr
         crd = [o for k, o in install.items() if k[1] == "CustomResourceDefinition"]
         applied = kubectl(
             "apply", "--server-side", "-f", "-",
