@@ -14,7 +14,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
 .PHONY: demo test chaos lint typecheck unit mutation venv fuzz system-deps k8s-bins versitygw kstatus promtool airflow-venv node-venv clean \
-	chart-files requirements-lock kind-up kind-images kind-postgres kind-airflow kind-install kind-examples kind-down
+	chart-files install-manifests requirements-lock kind-up kind-images kind-postgres kind-airflow kind-install kind-examples kind-down
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -100,6 +100,11 @@ chart-files: venv
 	cp crds/taskhandlerbundles.langsdk.dev.yaml charts/taskhandler-operator/files/crd.yaml
 	$(BIN)/taskhandler-operator rbac > charts/taskhandler-operator/files/rbac-rules.yaml
 	$(BIN)/python -m tests.unit.chart.values_doc
+
+# The install without Helm: deploy/install.yaml and deploy/kustomize/base/ rendered from the chart
+# with the real helm (hack/render_install.py); a test fails when they drift from the chart.
+install-manifests: venv k8s-bins
+	$(BIN)/python hack/render_install.py
 
 # Re-resolve images/requirements.txt, the hash-locked runtime dependencies the images install,
 # from pyproject.toml (needs the package index; tests/unit/test_requirements_lock.py checks it).
