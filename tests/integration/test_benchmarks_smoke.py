@@ -166,6 +166,16 @@ def test_operator_benchmark_runs(tmp_path: Path) -> None:
     assert base["bundles"] == compare["bundles"] == 2
     assert (base["artifacts_per_bundle"], compare["artifacts_per_bundle"]) == (2, 4)
     assert any(str(row["measure"]).startswith("SQL statements per pass") for row in targets)
+    # The unchanged pass with a publish policy, against the policy-free set of the same size.
+    policy = document["steady_policy"]
+    assert isinstance(policy, dict) and policy["publish_policy"] == "NoRemoval"
+    assert (policy["bundles"], policy["artifacts_per_bundle"]) == (2, 2)
+    assert policy["probe_jobs_total"] == 0 and policy["passes"] > 0
+    comparison = document["policy_comparison"]
+    assert isinstance(comparison, dict) and comparison["policy"] == "NoRemoval"
+    assert comparison["cpu_ratio"] is not None and comparison["sql_ratio"] is not None
+    policy_rows = [r for r in targets if "with policy NoRemoval" in str(r["measure"])]
+    assert len(policy_rows) == 3 and all(r["result"] in {"PASS", "FAIL"} for r in policy_rows)
     cold = document["probe"]
     assert isinstance(cold, dict) and cold["cold_start"]["jobs"] == 4
     # Probe Jobs followed by watches: both Jobs seen, the operator's own requests counted by the
