@@ -218,7 +218,8 @@ def test_no_removal_holds_a_removed_handler_until_its_revision_is_approved(
     pending = status["pendingChange"]
     held_revision = str(pending["revision"])
     assert pending["counts"]["removed"] == 1 and pending["counts"].get("added", 0) == 0
-    assert any("removed cleanup/purge" in line for line in pending.get("entries") or ()), pending
+    assert [line.split(": was")[0] for line in pending["first"]] == ["removed cleanup/purge"]
+    assert "NoRemoval" in pending["reason"] and pending.get("omitted", 0) == 0, pending
     # The published rows stay while it is held.
     assert bindings(migrated, NAME) == rows
 
