@@ -1,6 +1,6 @@
 """Publication under control, end to end (``taskhandler-operator run`` on the real control plane,
 process node, PostgreSQL with Airflow's schema and git over HTTP; docs/operator.md,
-"Publication").
+"Publication under control").
 
 * ``NoRemoval``: a revision that removes a handler (and the Dag's stub with it) is held with the
   right change (``status.pendingChange``, ``taskhandler-operator diff``); an approval of another
@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -192,8 +192,9 @@ def test_no_removal_holds_a_removed_handler_until_its_revision_is_approved(
         NAME,
         op,
         f"published {first}",
-        lambda s: first in (s.get("publishedRevision") or "")
-        and published(s).get("status") == "True",
+        lambda s: (
+            first in (s.get("publishedRevision") or "") and published(s).get("status") == "True"
+        ),
     )
     rows = bindings(migrated, NAME)
     assert set(rows) == {("orders_etl", "extract"), ("orders_etl", "load"), ("cleanup", "purge")}
@@ -229,7 +230,9 @@ def test_no_removal_holds_a_removed_handler_until_its_revision_is_approved(
     lines = [line for line in done.stdout.splitlines() if not line.startswith("#")]
     assert len(lines) == 1 and lines[0].startswith("removed cleanup/purge: was purge"), done.stdout
     assert f"revision {held_revision}" in done.stdout
-    document = json.loads(cli(kube_cluster, migrated, "diff", f"{namespace}/{NAME}", "--json").stdout)
+    document = json.loads(
+        cli(kube_cluster, migrated, "diff", f"{namespace}/{NAME}", "--json").stdout
+    )
     assert document["state"] == "pending" and document["revision"] == held_revision
     assert [(c["kind"], c["dag_id"], c["task_id"]) for c in document["changes"]] == [
         ("removed", "cleanup", "purge")
@@ -316,8 +319,9 @@ def test_manual_holds_a_harmless_change_and_a_rollback_restores_the_rows_without
             NAME,
             op,
             f"published the approved {revision_part}",
-            lambda s: revision_part in (s.get("publishedRevision") or "")
-            and not s.get("pendingChange"),
+            lambda s: (
+                revision_part in (s.get("publishedRevision") or "") and not s.get("pendingChange")
+            ),
         )
 
     # Manual holds even the first publication until approved.
@@ -353,8 +357,10 @@ def test_manual_holds_a_harmless_change_and_a_rollback_restores_the_rows_without
         NAME,
         op,
         "rolled back",
-        lambda s: binding_rows(migrated) == before
-        and (s.get("publications") or [{}])[0].get("kind") == "rolled_back",
+        lambda s: (
+            binding_rows(migrated) == before
+            and (s.get("publications") or [{}])[0].get("kind") == "rolled_back"
+        ),
     )
     # The rows are exactly the earlier ones (every column), and no probe Job ran for it.
     assert binding_rows(migrated) == before

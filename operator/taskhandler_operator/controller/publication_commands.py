@@ -4,7 +4,7 @@ Both name a TaskHandlerBundle as ``NAMESPACE/NAME``; its ``spec.bundleName`` (th
 rows and history) is read from the apiserver with the kubeconfig (``--kubeconfig``,
 ``$KUBECONFIG``, the pod's service account, then ``~/.kube/config``). The history is read from
 the database of the operator's settings (``--url``/``--url-file``, ``THOP_DATABASE_URL``,
-``THOP_DATABASE_URL_FILE``), docs/operator.md "Publication".
+``THOP_DATABASE_URL_FILE``); see docs/operator.md, "Publication under control".
 
 * ``diff`` prints the whole change set of the bundle's pending (held) change, or else of its
   last publication (``--revision``: of that revision's), one binding a line after ``#``

@@ -256,8 +256,8 @@ def test_service_monitor_and_prometheus_rule_use_the_operators_metrics(render: R
 
 
 def test_publication_held_alert_fires_per_bundle_after_the_configured_time(render: Render) -> None:
-    """A change a publish policy holds (docs/operator.md, "Publication") alerts per bundle once
-    it has been held longer than ``prometheusRule.publicationHeldForSeconds``."""
+    """A change a publish policy holds (docs/operator.md, "Publication under control") alerts
+    per bundle once it has been held longer than ``prometheusRule.publicationHeldForSeconds``."""
 
     def held_alert(*args: str) -> dict[str, Any]:
         rule = one(render("--set", "prometheusRule.enabled=true", *args), "PrometheusRule")

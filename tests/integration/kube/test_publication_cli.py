@@ -2,7 +2,8 @@
 
 The history is written by the operator's own write path (three passes: a publication, a move,
 a removal held by ``NoRemoval``); the bundle's name is read from a real TaskHandlerBundle;
-``rollback`` sets its annotation through the apiserver (docs/operator.md, "Publication").
+``rollback`` sets its annotation through the apiserver (docs/operator.md, "Publication under
+control").
 """
 
 from __future__ import annotations
