@@ -157,6 +157,7 @@ def wait_event(
     return found[0]
 
 
+@pytest.mark.timeout(900)  # several passes, a probe Job each step under load
 def test_no_removal_holds_a_removed_handler_until_its_revision_is_approved(
     kube_cluster: KubeCluster,
     namespace: str,
@@ -274,6 +275,7 @@ def test_no_removal_holds_a_removed_handler_until_its_revision_is_approved(
     assert probe_jobs(kube_cluster, namespace, NAME) == jobs
 
 
+@pytest.mark.timeout(900)
 def test_manual_holds_a_harmless_change_and_a_rollback_restores_the_rows_without_a_probe(
     kube_cluster: KubeCluster,
     namespace: str,
