@@ -32,6 +32,8 @@ MD5_HEX_LENGTH: Final = 32
 CACHE_DIGEST_LENGTH: Final = 128
 #: A source revision (a git commit, ``sha256:<hex>`` of an archive, a listing digest).
 REVISION_LENGTH: Final = 200
+#: ``thop_publication.kind``: published, approved, rolled_back, held.
+PUBLICATION_KIND_LENGTH: Final = 16
 #: ``thop_bundle_problem.severity`` and ``.kind``.
 PROBLEM_SEVERITY_LENGTH: Final = 16
 PROBLEM_KIND_LENGTH: Final = 32

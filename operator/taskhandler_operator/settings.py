@@ -127,6 +127,13 @@ class Settings(BaseSettings):
         "the condition reason PassTimedOut and retried with back-off (its probe Jobs keep "
         "running and are adopted)",
     )
+    publication_history: int = Field(
+        default=20,
+        ge=1,
+        le=10000,
+        description="publications kept per bundle in the publication history (older ones are "
+        "dropped in the transaction that records a new one)",
+    )
     namespaces: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(),
         description="namespaces to watch, comma-separated; empty means every namespace",

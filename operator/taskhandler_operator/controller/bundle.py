@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import random
+import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +42,7 @@ from taskhandler_operator.controller.backoff import (
 )
 from taskhandler_operator.controller.kubeapi import KubeApiError, NotFound
 from taskhandler_operator.controller.logs import bundle_context, set_revision
+from taskhandler_operator.controller.metrics import Metrics
 from taskhandler_operator.controller.ownership import ClaimGuard
 from taskhandler_operator.controller.probing import JobProber
 from taskhandler_operator.controller.report import (
@@ -60,6 +63,7 @@ from taskhandler_operator.controller.syncing import (
 from taskhandler_operator.db.claims import BundleClaimed, release_claim, release_command
 from taskhandler_operator.db.dag_bundle import DagBundleSync, dag_bundle_sync
 from taskhandler_operator.db.engine import DatabaseError
+from taskhandler_operator.db.fence import Fence
 from taskhandler_operator.db.writer import delete_bundle_rows
 from taskhandler_operator.kube import names
 from taskhandler_operator.kube.conditions import (
@@ -73,6 +77,7 @@ from taskhandler_operator.kube.duration import parse_duration
 from taskhandler_operator.kube.probe_job import BundleIdentity
 from taskhandler_operator.kube.spec import DeletionPolicy, TaskHandlerBundleSpec
 from taskhandler_operator.kube.status import ConditionType, TaskHandlerBundleStatus
+from taskhandler_operator.publication.policy import PublishControl
 from taskhandler_operator.reconcile.errors import Deposed, OwnershipConflict, PassError
 from taskhandler_operator.reconcile.models import BundleSpec
 from taskhandler_operator.reconcile.steps import PassMemory, PassOutcome, PassPorts, run_pass
@@ -109,6 +114,8 @@ class BundleInputs:
     status: Mapping[str, Any] | None
     annotations: Mapping[str, str]
     resource_version: str | None = None
+    # The field manager that last set each publication-control annotation (managedFields).
+    annotation_managers: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> BundleInputs:
@@ -124,7 +131,17 @@ class BundleInputs:
             status=None if status is None else copy.deepcopy(dict(status)),
             annotations=dict(meta.get("annotations") or {}),
             resource_version=meta.get("resourceVersion"),
+            annotation_managers=annotation_managers(
+                meta.get("managedFields") or (), CONTROL_ANNOTATIONS
+            ),
         )
+
+    def publish_control(self) -> tuple[str | None, str | None, str | None]:
+        """(approve revision, who set it, rollback revision) from the annotations."""
+        approve = (self.annotations.get(names.ANNOTATION_APPROVE_REVISION) or "").strip()
+        rollback = (self.annotations.get(names.ANNOTATION_ROLLBACK_TO) or "").strip()
+        key = names.ANNOTATION_ROLLBACK_TO if rollback else names.ANNOTATION_APPROVE_REVISION
+        return approve or None, self.annotation_managers.get(key), rollback or None
 
     @property
     def requested_at(self) -> str | None:
@@ -138,6 +155,29 @@ class BundleInputs:
             "name": self.name,
             "uid": self.uid,
         }
+
+
+#: Annotations that change what a pass publishes: a change of either asks for the whole path.
+CONTROL_ANNOTATIONS = (names.ANNOTATION_APPROVE_REVISION, names.ANNOTATION_ROLLBACK_TO)
+
+
+def annotation_managers(
+    managed_fields: Sequence[Mapping[str, Any]], keys: Sequence[str]
+) -> dict[str, str]:
+    """Who last set each of ``keys``: the manager of the newest managedFields entry owning
+    ``metadata.annotations[key]`` (its ``time`` is when that manager last changed it)."""
+    found: dict[str, tuple[str, str]] = {}
+    for entry in managed_fields:
+        if not isinstance(entry, Mapping):
+            continue
+        fields_v1 = entry.get("fieldsV1") or {}
+        owned = ((fields_v1.get("f:metadata") or {}).get("f:annotations")) or {}
+        when = str(entry.get("time") or "")
+        manager = str(entry.get("manager") or "")
+        for key in keys:
+            if f"f:{key}" in owned and manager and when >= found.get(key, ("", ""))[0]:
+                found[key] = (when, manager)
+    return {key: manager for key, (_when, manager) in found.items()}
 
 
 @dataclass
@@ -184,14 +224,17 @@ class BundleMemory:
     live: LiveStatus = field(default_factory=LiveStatus)
     # The last pass that changed nothing, kept while (generation, reconcile-now) stay the same.
     unchanged: PassMemory = field(default_factory=PassMemory)
-    trigger: tuple[int, str | None] | None = None
+    trigger: tuple[Any, ...] | None = None
 
-    def pass_memory(self, generation: int, requested_at: str | None) -> PassMemory:
-        """The unchanged-pass memory, forgotten first on a spec change or a reconcile-now
-        request (either asks for the whole path)."""
-        if self.trigger != (generation, requested_at):
+    def pass_memory(
+        self, generation: int, requested_at: str | None, *control: str | None
+    ) -> PassMemory:
+        """The unchanged-pass memory, forgotten first on a spec change, a reconcile-now
+        request or a new approval or rollback annotation (each asks for the whole path)."""
+        trigger = (generation, requested_at, *control)
+        if self.trigger != trigger:
             self.unchanged.forget()
-            self.trigger = (generation, requested_at)
+            self.trigger = trigger
         return self.unchanged
 
 
@@ -275,13 +318,14 @@ async def _reconcile(
     )
     store = BundleStore(runtime.poller, key)
     progress = StatusProgress(inputs, runtime, memory, old)
+    approve, approved_by, rollback = inputs.publish_control()
     ports = PassPorts(
         syncer=syncer,
         prober=prober,
         store=store,
         probe_parallelism=spec.probe.parallelism,
         listing_cache=memory.listing_cache,
-        memory=memory.pass_memory(inputs.generation, inputs.requested_at),
+        memory=memory.pass_memory(inputs.generation, inputs.requested_at, approve, rollback),
         watermarks=store,
         claims=ClaimGuard(
             runtime.kube, runtime.engine, runtime.options.cluster_id, inputs.reference()
@@ -298,6 +342,14 @@ async def _reconcile(
             namespace=inputs.namespace,
             name=inputs.name,
             uid=inputs.uid,
+        ),
+        publish=PublishControl(
+            policy=spec.publish.policy,
+            operator=_operator_identity(runtime),
+            approve_revision=approve,
+            approved_by=approved_by,
+            rollback_to=rollback,
+            history_limit=runtime.settings.publication_history,
         ),
     )
     outcome: PassOutcome | None = None
@@ -345,6 +397,7 @@ async def _reconcile(
         metrics.observe_reconcile(inputs.namespace, inputs.name, "success", seconds)
         metrics.set_bindings(inputs.namespace, inputs.name, outcome.summary.counts.bindings)
         metrics.mark_synced(inputs.namespace, inputs.name)
+        _publication_metrics(metrics, inputs, outcome)
         log.info(
             "reconciled revision %s: %d candidates, %d probed, %d cached, %d failed, %d bindings",
             outcome.summary.revision,
@@ -372,6 +425,30 @@ async def _reconcile(
         interval,
         tuple(prober.jobs_created),
         probe_due=memory.probe_retries.next_due(time.monotonic()),
+    )
+
+
+def _operator_identity(runtime: OperatorRuntime) -> str:
+    """Who writes: the leader's identity (its pod and term), else this pod or host."""
+    fence: Fence | None = getattr(runtime, "fence", None)  # a test's runtime may have none
+    term = fence.term if fence is not None else None
+    if term is not None:
+        return term.holder
+    return os.environ.get("POD_NAME") or socket.gethostname()
+
+
+def _publication_metrics(metrics: Metrics, inputs: BundleInputs, outcome: PassOutcome) -> None:
+    publication = outcome.written.publication
+    if publication is None or outcome.summary.reused:
+        return  # a kept outcome recorded nothing new
+    recorded = publication.recorded
+    if recorded is not None and recorded.kind != "held":
+        metrics.count_publication(inputs.namespace, inputs.name, recorded.kind)
+    pending = publication.pending
+    metrics.set_publication_held(
+        inputs.namespace,
+        inputs.name,
+        None if pending is None else pending.recorded_at.timestamp(),
     )
 
 

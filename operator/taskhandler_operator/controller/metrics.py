@@ -111,6 +111,25 @@ class Metrics:
             ["structure"],
             registry=r,
         )
+        self.publications = Counter(
+            f"{PREFIX}_publications",
+            "Publications of the bundle's bindings, by kind (published, approved, rolled_back).",
+            [*BUNDLE_LABELS, "kind"],
+            registry=r,
+        )
+        self.publication_held = Gauge(
+            f"{PREFIX}_publication_held",
+            "1 while the bundle's publish policy holds a change (or a rollback keeps one "
+            "back), else 0.",
+            BUNDLE_LABELS,
+            registry=r,
+        )
+        self.publication_held_since = Gauge(
+            f"{PREFIX}_publication_held_since_timestamp_seconds",
+            "Unix time the change held now was first held; 0 when none is held.",
+            BUNDLE_LABELS,
+            registry=r,
+        )
         self._per_bundle: tuple[Counter | Gauge | Histogram, ...] = (
             self.reconcile_duration,
             self.probes,
@@ -119,6 +138,9 @@ class Metrics:
             self.bindings,
             self.last_success,
             self.source_errors,
+            self.publications,
+            self.publication_held,
+            self.publication_held_since,
         )
 
     def observe_reconcile(self, namespace: str, name: str, outcome: str, seconds: float) -> None:
@@ -143,6 +165,14 @@ class Metrics:
     def count_source_error(self, namespace: str, name: str, source: str, kind: str) -> None:
         labels = (namespace, name, _word("source", source), _word("kind", kind))
         self.source_errors.labels(*labels).inc()
+
+    def count_publication(self, namespace: str, name: str, kind: str) -> None:
+        self.publications.labels(namespace, name, _word("kind", kind)).inc()
+
+    def set_publication_held(self, namespace: str, name: str, since: float | None) -> None:
+        """A change is held since ``since`` (Unix time), or none (None)."""
+        self.publication_held.labels(namespace, name).set(0 if since is None else 1)
+        self.publication_held_since.labels(namespace, name).set(since or 0)
 
     def count_artifact_request(self, outcome: str) -> None:
         self.artifact_requests.labels(_word("outcome", outcome)).inc()

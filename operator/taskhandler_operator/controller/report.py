@@ -38,6 +38,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from taskhandler_operator.db.dag_bundle import DagBundleSync
+from taskhandler_operator.kube import names
 from taskhandler_operator.kube.conditions import (
     DOMAIN_CONDITIONS,
     EventReason,
@@ -48,17 +49,23 @@ from taskhandler_operator.kube.conditions import (
 )
 from taskhandler_operator.kube.probe_job import ProbeFailure
 from taskhandler_operator.kube.status import (
+    MAX_PUBLICATIONS,
     ArtifactState,
     ArtifactStatus,
+    ChangeCountsStatus,
     Condition,
     ConditionStatus,
     ConditionType,
     Counts,
+    PendingChangeStatus,
     Problem,
+    PublicationStatus,
     TaskHandlerBundleStatus,
     status_artifacts,
     status_problems,
 )
+from taskhandler_operator.publication.changes import ChangeCounts, ChangeSummary
+from taskhandler_operator.publication.history import PublishOutcome
 from taskhandler_operator.reconcile.errors import OwnershipConflict, PassError
 from taskhandler_operator.reconcile.steps import PassOutcome
 
@@ -201,6 +208,14 @@ def bundle_status(old: TaskHandlerBundleStatus, seen: Observation) -> TaskHandle
                 Reason.PUBLISHED,
                 f"{_count(counts.bindings, 'binding')} at revision {revision}",
             )
+        publication = outcome.written.publication
+        if publication is not None:
+            update.update(_publication_update(old, publication, now))
+            published = _published_condition(publication, revision, old.published_revision)
+            if published is not None:
+                status_, reason_, message_, at = published
+                put(T.BINDINGS_PUBLISHED, status_, reason_, message_)
+                update["published_revision"] = at
         ready_message = (
             f"{counts.bindings} bindings of {counts.handlers} task handlers at revision {revision}"
         )
@@ -240,6 +255,84 @@ def bundle_status(old: TaskHandlerBundleStatus, seen: Observation) -> TaskHandle
     )
     update["conditions"] = conditions
     return old.model_copy(update=update)
+
+
+def _counts_status(counts: ChangeCounts) -> ChangeCountsStatus:
+    return ChangeCountsStatus(**counts.model_dump())
+
+
+def _publication_update(
+    old: TaskHandlerBundleStatus, publication: PublishOutcome, now: datetime
+) -> dict[str, Any]:
+    """``status.publications`` (the newest first) and ``status.pendingChange``."""
+    update: dict[str, Any] = {}
+    recorded = publication.recorded
+    if recorded is not None and recorded.kind != "held":
+        item = PublicationStatus(
+            kind=recorded.kind,
+            revision=recorded.revision,
+            published_at=recorded.recorded_at,
+            counts=_counts_status(recorded.counts),
+            approved_by=recorded.approved_by,
+            change=(publication.change or ChangeSummary(counts=recorded.counts)).describe(),
+        )
+        if not old.publications or old.publications[0] != item:
+            update["publications"] = [item, *old.publications][:MAX_PUBLICATIONS]
+    pending, change = publication.pending, publication.pending_change
+    if pending is not None and change is not None:
+        refused = publication.refused
+        update["pending_change"] = PendingChangeStatus(
+            revision=pending.revision,
+            since=pending.recorded_at,
+            reason=publication.held_reason or "",
+            counts=_counts_status(change.counts),
+            first=list(change.first),
+            omitted=change.omitted,
+            refused=refused.message if refused is not None else None,
+        )
+    else:
+        update["pending_change"] = None
+    return update
+
+
+def _published_condition(
+    publication: PublishOutcome, revision: str, last_published: str | None
+) -> tuple[S, str, str, str | None] | None:
+    """``BindingsPublished`` when the publish control kept this pass's change back (status,
+    reason, message, the revision whose bindings are published), or None: as validated."""
+    refused = publication.refused
+    change = publication.pending_change
+    waits = (
+        f"the change of revision {revision} waits ({change.describe()})"
+        if change is not None
+        else "nothing else waits"
+    )
+    if refused is not None and refused.reason == "RollbackRefused":
+        return S.FALSE, Reason.ROLLBACK_REFUSED, f"{refused.message}; {waits}", last_published
+    back = publication.rolled_back_to
+    if back is not None:
+        annotation = names.ANNOTATION_ROLLBACK_TO
+        if change is None:
+            message = (
+                f"rolled back to revision {back} ({annotation}); {waits}; remove the annotation "
+                "to follow the source again"
+            )
+            return S.TRUE, Reason.ROLLED_BACK, message, back
+        message = (
+            f"rolled back to revision {back} ({annotation}); {waits}; remove the annotation "
+            "to publish it"
+        )
+        return S.FALSE, Reason.ROLLED_BACK, message, back
+    if publication.held and change is not None:
+        approve = names.ANNOTATION_APPROVE_REVISION
+        refusal = f"; {refused.message}" if refused is not None else ""
+        message = (
+            f"{publication.held_reason or 'held'}; {waits}; the bindings of revision "
+            f"{last_published or '(none)'} stay published; annotate {approve}={revision} to "
+            f"publish it{refusal}"
+        )
+        return S.FALSE, Reason.PUBLISH_HELD, message, last_published
+    return None
 
 
 def probing_status(
@@ -423,6 +516,19 @@ def transition_events(
                 else EventReason.ARTIFACT_REJECTED
             )
             events.append(EventSpec("Warning", reason, f"{path}: {item.message or item.reason}"))
+    if new.publications and (not old.publications or old.publications[0] != new.publications[0]):
+        latest = new.publications[0]
+        by = f" by {latest.approved_by}" if latest.approved_by else ""
+        events.append(
+            EventSpec(
+                "Normal",
+                EventReason.BINDINGS_CHANGED,
+                f"{latest.kind.replace('_', ' ')}{by}, revision {latest.revision}: {latest.change}",
+            )
+        )
+    refused = new.pending_change.refused if new.pending_change is not None else None
+    if refused and (old.pending_change is None or old.pending_change.refused != refused):
+        events.append(EventSpec("Warning", EventReason.APPROVAL_REFUSED, refused))
     published = _cond(new, T.BINDINGS_PUBLISHED)
     if (
         published is not None

@@ -31,6 +31,9 @@ We never add columns to those. Operator-only bookkeeping lives in ``thop_``-pref
 * ``thop_leader_fence``: the newest leadership term of each operator Lease (holder and
   ``leaseTransitions``), which every write transaction checks so a deposed leader cannot write
   (see ``db/fence.py``).
+* ``thop_publication``: each bundle's publication history (what every publication changed, and
+  the whole binding set it published, for a rollback), bounded per bundle, plus the bundle's
+  one held change (``kind = 'held'``) while its publish policy holds it (``db/publications.py``).
 
 The migrations in ``migrations/versions`` create exactly these shapes; a test compares them.
 """
@@ -49,6 +52,7 @@ from sqlalchemy import (
     ForeignKey,
     ForeignKeyConstraint,
     Index,
+    Integer,
     MetaData,
     PrimaryKeyConstraint,
     String,
@@ -75,6 +79,7 @@ from taskhandler_operator.limits import (
     PATH_LENGTH,
     PROBLEM_KIND_LENGTH,
     PROBLEM_SEVERITY_LENGTH,
+    PUBLICATION_KIND_LENGTH,
     QUEUE_LENGTH,
     REVISION_LENGTH,
 )
@@ -88,6 +93,7 @@ BUNDLE_CLAIM_TABLE = "thop_bundle_claim"
 QUEUE_CLAIM_TABLE = "thop_queue_claim"
 ORIGIN_TABLE = "thop_table_origin"
 LEADER_FENCE_TABLE = "thop_leader_fence"
+PUBLICATION_TABLE = "thop_publication"
 #: Where ``db handover`` keeps the Airflow-named tables until Airflow has created its own.
 HOLD_ARTIFACT_TABLE = "thop_handover_artifact"
 HOLD_BINDING_TABLE = "thop_handover_binding"
@@ -364,6 +370,33 @@ class LeaderFenceRow(Base):
     )
 
 
+class PublicationRow(Base):
+    """Operator-only: one publication of one bundle, or its held change (see
+    ``db/publications.py``). ``changes`` is the change set's JSON, ``bindings`` the whole
+    binding set published (for a held change: the one it would publish)."""
+
+    __tablename__ = PUBLICATION_TABLE
+    __table_args__ = (PrimaryKeyConstraint("bundle_name", "id", name="thop_publication_pkey"),)
+
+    bundle_name: Mapped[str] = mapped_column(String(ID_LENGTH), nullable=False)
+    # Numbered per bundle (under the bundle's lock): the newest has the highest.
+    id: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    kind: Mapped[str] = mapped_column(String(PUBLICATION_KIND_LENGTH), nullable=False)
+    revision: Mapped[str | None] = mapped_column(String(REVISION_LENGTH), nullable=True)
+    recorded_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+    operator: Mapped[str] = mapped_column(Text, nullable=False)
+    approved_by: Mapped[str | None] = mapped_column(Text, nullable=True)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    added: Mapped[int] = mapped_column(Integer, nullable=False)
+    removed: Mapped[int] = mapped_column(Integer, nullable=False)
+    moved: Mapped[int] = mapped_column(Integer, nullable=False)
+    changed: Mapped[int] = mapped_column(Integer, nullable=False)
+    changes: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    bindings: Mapped[list[dict[str, Any]]] = mapped_column(JSON, nullable=False)
+
+
 # Core handles for the bulk statements of the write and read paths.
 artifact_table: Table = metadata.tables[ARTIFACT_TABLE]
 binding_table: Table = metadata.tables[BINDING_TABLE]
@@ -373,6 +406,7 @@ bundle_claim_table: Table = metadata.tables[BUNDLE_CLAIM_TABLE]
 queue_claim_table: Table = metadata.tables[QUEUE_CLAIM_TABLE]
 origin_table: Table = metadata.tables[ORIGIN_TABLE]
 leader_fence_table: Table = metadata.tables[LEADER_FENCE_TABLE]
+publication_table: Table = metadata.tables[PUBLICATION_TABLE]
 
 
 def _clause(name: str, source: Table) -> TableClause:

@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from taskhandler_operator.publication.history import PublishOutcome
+from taskhandler_operator.publication.policy import PublishControl
 from taskhandler_operator.records import ArtifactRecord, BundleOwner, BundleProblem
 from taskhandler_operator.validation import DagVerdict
 
@@ -35,6 +37,8 @@ class BundlePass(BaseModel):
     problems: tuple[BundleProblem, ...] = ()
     # Delete this bundle's artifact rows that are not in ``artifacts`` and have no binding.
     sweep_orphans: bool = True
+    # The publish policy, the revision and the approval or rollback asked for (publication/).
+    publish: PublishControl = PublishControl()
 
     @model_validator(mode="after")
     def _consistent(self) -> BundlePass:
@@ -112,6 +116,10 @@ class PassResult(BaseModel):
     claim_taken: bool = False
     queues_claimed: int = 0
     queues_released: int = 0
+    # History rows written or dropped (a publication, the held change).
+    publications_written: int = 0
+    # What the pass did about publishing: recorded, held, rolled back, refused.
+    publication: PublishOutcome | None = None
     statements: int = 0
 
     @property
@@ -129,6 +137,7 @@ class PassResult(BaseModel):
             + int(self.claim_taken)
             + self.queues_claimed
             + self.queues_released
+            + self.publications_written
         )
 
 

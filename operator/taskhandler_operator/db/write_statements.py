@@ -47,7 +47,8 @@ from taskhandler_operator.db.tables import (
     stored_task_handlers,
 )
 from taskhandler_operator.db.write_models import BundlePass
-from taskhandler_operator.records import ArtifactRecord, BundleProblem
+from taskhandler_operator.publication.changes import BindingRow, declared
+from taskhandler_operator.records import ArtifactRecord, BundleProblem, TaskHandlerArtifact
 
 
 def problem_key(problem: BundleProblem) -> str:
@@ -457,6 +458,8 @@ class PassParams:
     listed_hashes: list[str]
     problems: list[BundleProblem]
     files: dict[str, str]
+    # The rows the pass wants for the Dags it reconciles, as the publication history sees them.
+    wanted: list[BindingRow]
 
 
 def prepare_params(bundle_pass: BundlePass) -> PassParams:
@@ -487,6 +490,14 @@ def prepare_params(bundle_pass: BundlePass) -> PassParams:
         for v in reconciled
         for b in v.bindings or ()
     )
+    answers = {r.artifact.relative_fileloc: r.artifact for r in ordered}
+    wanted_rows = [
+        _wanted_row(
+            answers[b.artifact_rel_path], b.dag_id, b.task_id, v.bundle_name, v.relative_fileloc
+        )
+        for v in reconciled
+        for b in v.bindings or ()
+    ]
     problems = list(bundle_pass.problems)
     for verdict in bundle_pass.verdicts:
         problems += [*verdict.errors, *verdict.warnings]
@@ -502,4 +513,42 @@ def prepare_params(bundle_pass: BundlePass) -> PassParams:
         listed_hashes=[fileloc_hash(r.artifact.relative_fileloc) for r in ordered],
         problems=problems,
         files={v.dag_id: v.relative_fileloc for v in bundle_pass.verdicts},
+        wanted=sorted(wanted_rows, key=lambda r: r.key),
+    )
+
+
+def _wanted_row(
+    artifact: TaskHandlerArtifact, dag_id: str, task_id: str, dag_bundle: str, dag_fileloc: str
+) -> BindingRow:
+    binding, params = declared(artifact.task_handlers, dag_id, task_id)
+    return BindingRow(
+        dag_id=dag_id,
+        task_id=task_id,
+        artifact_path=artifact.relative_fileloc,
+        artifact_digest=artifact.cache_digest,
+        binding=binding,
+        params=params,
+        dag_bundle_name=dag_bundle,
+        dag_fileloc=dag_fileloc,
+    )
+
+
+def restore_params(rows: Sequence[BindingRow]) -> dict[str, list[Any]]:
+    """The binding parameters (as :func:`upsert_bindings_statement` takes them) that put
+    ``rows`` back, e.g. a rollback's recorded binding set."""
+    ordered = sorted(rows, key=lambda r: r.key)
+    return _columns(
+        [
+            (
+                r.dag_id,
+                r.task_id,
+                fileloc_hash(r.artifact_path),
+                r.dag_bundle_name,
+                r.dag_fileloc,
+                fileloc_hash(r.dag_fileloc),
+            )
+            for r in ordered
+        ],
+        [name for name, _ in _BINDING_COLUMNS],
+        "bind",
     )

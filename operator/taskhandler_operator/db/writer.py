@@ -38,6 +38,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from taskhandler_operator.db.claims import hold_claim, release_claim_in
 from taskhandler_operator.db.engine import translate_errors
 from taskhandler_operator.db.fence import Fence
+from taskhandler_operator.db.publications import (
+    PublishedState,
+    artifact_digests,
+    clear_held,
+    load_publication_in,
+    read_published,
+    record_publication,
+    save_held,
+)
 from taskhandler_operator.db.tables import (
     artifact_table,
     binding_table,
@@ -65,11 +74,26 @@ from taskhandler_operator.db.write_statements import (
     prepare_params,
     problem_key,
     problem_params,
+    restore_params,
     sweep_artifacts_statement,
     upsert_artifacts_statement,
     upsert_bindings_statement,
     upsert_probes_statement,
 )
+from taskhandler_operator.publication.changes import (
+    BindingRow,
+    ChangeSet,
+    compute_change,
+    proposed_rows,
+    same_placement,
+)
+from taskhandler_operator.publication.history import (
+    Publication,
+    PublicationKind,
+    PublishOutcome,
+    Refusal,
+)
+from taskhandler_operator.publication.policy import ANNOTATION_APPROVE_REVISION, hold_reason
 from taskhandler_operator.records import BundleOwner, BundleProblem
 from taskhandler_operator.validation import DagVerdict
 
@@ -184,20 +208,17 @@ class _PassWriter:
         await self._execute(advisory_lock_statement(), {"lock_key": params.lock_key})
         await self.check_fence()
         await self.hold_claim(p.queues)
+        # What is published now, read before this pass's artifact rows change under it.
+        self.result.statements += 1
+        state = await read_published(self.conn, p.bundle_name, params.reconciled_dag_ids)
         await self._write_artifacts(params)
-
-        deleted = await self._execute(
-            delete_vanished_bindings_statement(),
-            {
-                "reconciled_dag_ids": params.reconciled_dag_ids,
-                "keep_dag_id": params.bindings["bind_dag_id"],
-                "keep_task_id": params.bindings["bind_task_id"],
-            },
-        )
-        self.result.bindings_deleted = len(deleted.all())
-        upserted = (await self._execute(upsert_bindings_statement(), params.bindings)).all()
-        self.result.bindings_inserted = sum(1 for row in upserted if row.inserted)
-        self.result.bindings_updated = len(upserted) - self.result.bindings_inserted
+        proposed, change = await asyncio.to_thread(_propose, state, params)
+        publisher = _Publisher(self, state, proposed, change)
+        if await publisher.publishes():
+            await self._replace_bindings(
+                params.reconciled_dag_ids, params.bindings, params.bindings
+            )
+        await publisher.finish()
         # Read after the upsert: a row another bundle committed meanwhile is seen here too.
         held = (await self._execute(held_elsewhere_statement(), params.bindings)).all()
         conflicts = tuple(
@@ -232,6 +253,27 @@ class _PassWriter:
         conflicted = {c.dag_id for c in conflicts}
         self.result.dag_outcomes = {v.dag_id: _outcome(v, conflicted) for v in p.verdicts}
         return self.result
+
+    async def _replace_bindings(
+        self,
+        dag_ids: Sequence[str],
+        keep: dict[str, list[Any]],
+        rows: dict[str, list[Any]],
+    ) -> None:
+        """Delete this bundle's rows of ``dag_ids`` not in ``keep``; upsert ``rows``."""
+        deleted = await self._execute(
+            delete_vanished_bindings_statement(),
+            {
+                "reconciled_dag_ids": list(dag_ids),
+                "keep_dag_id": keep["bind_dag_id"],
+                "keep_task_id": keep["bind_task_id"],
+            },
+        )
+        self.result.bindings_deleted += len(deleted.all())
+        upserted = (await self._execute(upsert_bindings_statement(), rows)).all()
+        inserted = sum(1 for row in upserted if row.inserted)
+        self.result.bindings_inserted += inserted
+        self.result.bindings_updated += len(upserted) - inserted
 
     async def check_fence(self) -> None:
         """Under the bundle lock, before any write: refuse a deposed leader (FencedOut)."""
@@ -289,6 +331,216 @@ class _PassWriter:
         self.result.problems_deleted = len(gone.all())
         added = await self._execute(insert_problems_statement(), rows)
         self.result.problems_inserted = len(added.all())
+
+
+def _propose(state: PublishedState, params: PassParams) -> tuple[list[BindingRow], ChangeSet]:
+    """The rows this pass would leave published and what that changes (in a worker thread)."""
+    proposed = proposed_rows(
+        state.rows, params.reconciled_dag_ids, params.wanted, state.held_elsewhere
+    )
+    return proposed, compute_change(state.rows, proposed)
+
+
+#: Entries of a change shown in a status, an Event, a condition.
+SUMMARY_ENTRIES = 5
+
+
+class _Publisher:
+    """Applies the pass's publish control (policy, approval, rollback) to its change.
+
+    :meth:`publishes` says whether the pass writes its bindings; :meth:`finish` records the
+    publication, saves or drops the held change, or rolls back, and sets the outcome.
+    """
+
+    def __init__(
+        self,
+        writer: _PassWriter,
+        state: PublishedState,
+        proposed: list[BindingRow],
+        change: ChangeSet,
+    ) -> None:
+        self.writer = writer
+        self.state = state
+        self.proposed = proposed
+        self.change = change
+        self.control = writer.bundle_pass.publish
+        self.hold: str | None = None
+        self.refused: Refusal | None = None
+        self.approved = False
+
+    async def publishes(self) -> bool:
+        control, change = self.control, self.change
+        if control.rollback_to is not None:
+            return False  # the rollback decides the bindings (finish)
+        self.hold = hold_reason(control.policy, change, set(control.failed_paths))
+        if self.hold is None or control.approve_revision is None:
+            return self.hold is None
+        pending = self.state.held.revision if self.state.held is not None else None
+        if control.approve_revision == control.revision and pending in (None, control.revision):
+            self.approved, self.hold = True, None
+            return True
+        current = pending or control.revision
+        self.refused = Refusal(
+            reason="ApprovalRefused",
+            message=(
+                f"approval of revision {control.approve_revision} refused: the pending change "
+                f"is of revision {current}; set {ANNOTATION_APPROVE_REVISION}={current} to "
+                "publish it"
+            ),
+        )
+        return False
+
+    def _count(self, n: int = 1) -> None:
+        self.writer.result.statements += n
+        self.writer.result.publications_written += n
+
+    async def finish(self) -> None:
+        w = self.writer
+        conn, p, control = w.conn, w.bundle_pass, self.control
+        if control.rollback_to is not None:
+            await self._rollback()
+            return
+        outcome: dict[str, Any] = {"refused": self.refused}
+        if self.hold is None:
+            if self.change:
+                kind: PublicationKind = "approved" if self.approved else "published"
+                # An approval publishes the change a person saw (a later pass no longer sees
+                # content changes of the artifact rows the held pass already wrote).
+                shown = self._held_change() if self.approved else None
+                change = shown or self.change
+                recorded = await record_publication(
+                    conn,
+                    p.bundle_name,
+                    kind=kind,
+                    revision=control.revision,
+                    operator=control.operator,
+                    change=change,
+                    bindings=self.proposed,
+                    approved_by=control.approved_by if self.approved else None,
+                    limit=control.history_limit,
+                )
+                self._count()
+                outcome.update(recorded=recorded, change=change.summary(SUMMARY_ENTRIES))
+            elif self.state.held is not None:
+                w.result.statements += 1
+                if await clear_held(conn, p.bundle_name):
+                    w.result.publications_written += 1
+        else:
+            held = await self._save_held(self.hold)
+            outcome.update(
+                pending=held,
+                pending_change=(held.change or self.change).summary(SUMMARY_ENTRIES),
+                held_reason=self.hold,
+            )
+        w.result.publication = PublishOutcome(**outcome)
+
+    def _held_change(self) -> ChangeSet | None:
+        """The saved held change, while it still describes this pass's (same revision, and
+        every entry of this pass's change among its own)."""
+        held = self.state.held
+        if held is None or held.change is None or held.revision != self.control.revision:
+            return None
+        return held.change if self.change.keys() <= held.change.keys() else None
+
+    async def _save_held(self, reason: str) -> Publication:
+        kept = self._held_change()
+        held = self.state.held
+        if kept is not None and held is not None and held.reason == reason:
+            return held  # unchanged: nothing written
+        self._count()
+        saved = await save_held(
+            self.writer.conn,
+            self.writer.bundle_pass.bundle_name,
+            revision=self.control.revision,
+            operator=self.control.operator,
+            change=kept or self.change,
+            bindings=self.proposed,
+            reason=reason,
+        )
+        return saved.model_copy(update={"change": kept or self.change})
+
+    async def _rollback(self) -> None:
+        w = self.writer
+        conn, p, control = w.conn, w.bundle_pass, self.control
+        target_revision = control.rollback_to
+        assert target_revision is not None
+        w.result.statements += 1
+        recorded = await load_publication_in(conn, p.bundle_name, target_revision)
+        refusal: str | None = None
+        changed: list[str] = []
+        if recorded is None or recorded.bindings is None:
+            refusal = (
+                f"rollback to revision {target_revision} refused: the publication history of "
+                f"bundle {p.bundle_name!r} has no publication of it (see "
+                "`taskhandler-operator diff`)"
+            )
+        else:
+            w.result.statements += 1
+            stored = await artifact_digests(conn, p.bundle_name)
+            paths = {r.artifact_path: r.artifact_digest for r in recorded.bindings}
+            gone = sorted(path for path in paths if path not in stored)
+            if gone:
+                more = f" and {len(gone) - 1} more" if len(gone) > 1 else ""
+                refusal = (
+                    f"rollback to revision {target_revision} refused: the answers of its "
+                    f"artifacts are no longer known ({gone[0]}{more} is gone from the bundle); "
+                    "remove the annotation, or roll back to a later revision"
+                )
+            changed = sorted(
+                path for path, digest in paths.items() if path in stored and stored[path] != digest
+            )
+        if refusal is not None or recorded is None or recorded.bindings is None:
+            reason = refusal or "rollback refused"
+            held = await self._save_held(reason) if self.change else None
+            w.result.publication = PublishOutcome(
+                pending=held,
+                pending_change=self.change.summary(SUMMARY_ENTRIES) if held else None,
+                held_reason=reason,
+                refused=Refusal(reason="RollbackRefused", message=reason),
+            )
+            return
+        target = sorted(recorded.bindings, key=lambda r: r.key)
+        restore = compute_change(self.state.rows, target)
+        outcome: dict[str, Any] = {"rolled_back_to": target_revision}
+        if not same_placement(self.state.rows, target):
+            rows = restore_params(target)
+            dag_ids = sorted({r.dag_id for r in (*self.state.rows, *target)})
+            await w._replace_bindings(dag_ids, rows, rows)
+            published = await record_publication(
+                conn,
+                p.bundle_name,
+                kind="rolled_back",
+                revision=target_revision,
+                operator=control.operator,
+                change=restore,
+                bindings=target,
+                approved_by=control.approved_by,
+                reason=f"rollback to publication {recorded.id} of revision {target_revision}"
+                + (
+                    f"; {', '.join(changed[:3])} changed content since (the binding rows are "
+                    "restored; the artifact is the one of the bundle version workers run)"
+                    if changed
+                    else ""
+                ),
+                limit=control.history_limit,
+            )
+            self._count()
+            outcome.update(recorded=published, change=restore.summary(SUMMARY_ENTRIES))
+            # What the pass wanted is now a change against the restored rows.
+            self.state = PublishedState(
+                rows=tuple(target), held_elsewhere=self.state.held_elsewhere, held=None
+            )
+        pending = compute_change(self.state.rows, self.proposed)
+        self.change = pending
+        reason = f"rolled back to revision {target_revision}"
+        if pending:
+            held = await self._save_held(reason)
+            outcome.update(
+                pending=held,
+                pending_change=(held.change or pending).summary(SUMMARY_ENTRIES),
+                held_reason=reason,
+            )
+        w.result.publication = PublishOutcome(**outcome)
 
 
 # --- removing a bundle -------------------------------------------------------------------------

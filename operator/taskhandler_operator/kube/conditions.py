@@ -101,6 +101,11 @@ class Reason(StrEnum):
     TRANSACTION_CONFLICT = "TransactionConflict"
     DATABASE_ERROR = "DatabaseError"
     INTERNAL_ERROR = "InternalError"
+    # BindingsPublished False: the publish policy holds the change until it is approved; a
+    # rollback keeps the bundle at an earlier publication; a rollback could not be done.
+    PUBLISH_HELD = "PublishHeld"
+    ROLLED_BACK = "RolledBack"
+    ROLLBACK_REFUSED = "RollbackRefused"
     # Any of the three, by the step that ran out of time.
     PASS_TIMED_OUT = "PassTimedOut"  # noqa: S105 - a reason, not a secret
     # Never published: a deposed replica writes no status (reconcile/errors.py).
@@ -123,6 +128,12 @@ STALLS: frozenset[str] = frozenset(
         Reason.INVALID_SPEC,
         Reason.BUNDLE_NAME_CONFLICT,
         Reason.QUEUE_CONFLICT,
+        # A hold waits for a person (an approval, or a revision that needs none): nothing a
+        # retry could change, so kstatus says Failed rather than InProgress forever, and a
+        # GitOps health gate stops at once with the change in the message.
+        Reason.PUBLISH_HELD,
+        Reason.ROLLED_BACK,  # held at the rollback's revision until the annotation goes
+        Reason.ROLLBACK_REFUSED,  # the annotation names what cannot be restored
     }
 )
 #: False-condition reasons the operator retries with back-off (``Reconciling=True``,
@@ -170,6 +181,10 @@ class EventReason(StrEnum):
 
     NEW_REVISION = "NewRevision"
     BINDINGS_PUBLISHED = "BindingsPublished"
+    # A publication changed the bindings (the note names the change); an approval annotation
+    # that did not match the pending change.
+    BINDINGS_CHANGED = "BindingsChanged"
+    APPROVAL_REFUSED = "ApprovalRefused"
     DAG_BUNDLE_DRIFT = "DagBundleDrift"
     PROBE_FAILED = "ProbeFailed"
     ARTIFACT_REJECTED = "ArtifactRejected"

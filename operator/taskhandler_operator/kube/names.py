@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from taskhandler_operator.publication import policy
+
 GROUP: Final = "langsdk.dev"
 VERSION: Final = "v1alpha1"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
@@ -40,3 +42,6 @@ ANNOTATION_CACHE_DIGEST: Final = f"{GROUP}/cache-digest"
 ANNOTATION_RECONCILE_REQUESTED_AT: Final = f"{GROUP}/reconcile-requested-at"
 # "true" on a TaskHandlerBundle: its deletion leaves the database alone (rows and claim stay).
 ANNOTATION_SKIP_CLEANUP: Final = f"{GROUP}/skip-cleanup"
+#: Publication control (docs/operator.md, "Publication"): approve a held revision, roll back.
+ANNOTATION_APPROVE_REVISION: Final = policy.ANNOTATION_APPROVE_REVISION
+ANNOTATION_ROLLBACK_TO: Final = policy.ANNOTATION_ROLLBACK_TO

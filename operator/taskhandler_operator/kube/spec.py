@@ -34,6 +34,7 @@ from taskhandler_operator.kube.markers import (
     check_pattern,
     quantity_value,
 )
+from taskhandler_operator.publication.policy import PublishPolicy
 from taskhandler_operator.sources.spec import SourceSpec
 
 __all__ = [
@@ -222,6 +223,19 @@ class ProbeSpec(_Spec):
     )
 
 
+class PublishSpec(_Spec):
+    """When a revision's bindings are published (docs/operator.md, "Publication under
+    control")."""
+
+    policy: PublishPolicy = Field(
+        default=PublishPolicy.AUTOMATIC,
+        description="Automatic publishes every change; NoRemoval holds a change that leaves a "
+        "task bound today without a binding (or moves one to or from an artifact whose probe "
+        "failed); Manual holds every change. A held change is published by the annotation "
+        "langsdk.dev/approve-revision=<revision>.",
+    )
+
+
 class TaskHandlerBundleSpec(_Spec):
     """A bundle of Lang-SDK artifacts whose task handlers serve Airflow ``@task.stub`` tasks."""
 
@@ -263,6 +277,11 @@ class TaskHandlerBundleSpec(_Spec):
     )
     probe: ProbeSpec = Field(
         default_factory=ProbeSpec, description="How the artifacts are probed (Kubernetes Jobs)."
+    )
+    publish: PublishSpec = Field(
+        default_factory=PublishSpec,
+        description="When the bindings of a new revision are published: at once, or held for "
+        "an approval.",
     )
     deletion_policy: DeletionPolicy = Field(
         default=DeletionPolicy.DELETE,

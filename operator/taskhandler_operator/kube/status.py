@@ -26,11 +26,14 @@ __all__ = [
     "MAX_PROBLEMS",
     "ArtifactState",
     "ArtifactStatus",
+    "ChangeCountsStatus",
     "Condition",
     "ConditionStatus",
     "ConditionType",
     "Counts",
+    "PendingChangeStatus",
     "Problem",
+    "PublicationStatus",
     "TaskHandlerBundleStatus",
     "bounded",
     "shorten",
@@ -42,6 +45,9 @@ __all__ = [
 MAX_ARTIFACTS = 50
 MAX_PROBLEMS = 20
 MAX_CONDITIONS = 16
+# The newest publications shown (the history table holds more) and the lines of a held change.
+MAX_PUBLICATIONS = 5
+MAX_CHANGE_LINES = 5
 # Messages are for people reading `kubectl describe`: long enough to name the owner of a
 # conflicting claim or a runtime's error, short enough to keep the object small.
 MAX_CONDITION_MESSAGE_CHARS = 1024
@@ -213,6 +219,62 @@ class Counts(_Status):
     )
 
 
+class ChangeCountsStatus(_Status):
+    """Bindings a change adds, removes, moves to another artifact or changes in place."""
+
+    added: int = Field(default=0, ge=0, description="Bindings added.")
+    removed: int = Field(default=0, ge=0, description="Bindings removed.")
+    moved: int = Field(default=0, ge=0, description="Bindings moved to another artifact.")
+    changed: int = Field(
+        default=0,
+        ge=0,
+        description="Bindings whose artifact content, binding mode or parameters changed.",
+    )
+
+
+class PublicationStatus(_Status):
+    """One recent publication of the bundle's bindings (the history keeps more)."""
+
+    kind: Literal["published", "approved", "rolled_back"] = Field(
+        description="published (by a pass), approved (a held change), rolled_back."
+    )
+    revision: str | None = Field(default=None, max_length=512, description="Source revision.")
+    published_at: datetime = Field(description="When it was published.")
+    counts: ChangeCountsStatus = Field(default_factory=ChangeCountsStatus)
+    approved_by: str | None = Field(
+        default=None, max_length=256, description="Who set the approval or rollback annotation."
+    )
+    change: ItemMessage = Field(default="", description="The change, summarized.")
+
+    @field_serializer("published_at")
+    def _rfc3339(self, value: datetime) -> str:
+        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class PendingChangeStatus(_Status):
+    """The change the publish policy holds (or a rollback keeps back)."""
+
+    revision: str | None = Field(default=None, max_length=512, description="Source revision.")
+    since: datetime = Field(description="When the change was first held.")
+    reason: ItemMessage = Field(default="", description="Why it is held.")
+    counts: ChangeCountsStatus = Field(default_factory=ChangeCountsStatus)
+    first: list[ItemMessage] = Field(
+        default_factory=list,
+        max_length=MAX_CHANGE_LINES,
+        description=f"The first {MAX_CHANGE_LINES} bindings it changes, one a line "
+        "(`taskhandler-operator diff` prints all).",
+    )
+    omitted: int = Field(default=0, ge=0, description="Changed bindings not listed.")
+    refused: ItemMessage | None = Field(
+        default=None,
+        description="Why the approval annotation set now was refused (it names another revision).",
+    )
+
+    @field_serializer("since")
+    def _rfc3339(self, value: datetime) -> str:
+        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 class TaskHandlerBundleStatus(_Status):
     """What the operator last observed about this bundle."""
 
@@ -257,6 +319,17 @@ class TaskHandlerBundleStatus(_Status):
     )
     problems_omitted: int = Field(
         default=0, ge=0, description="Problems not listed because the list is full."
+    )
+    publications: list[PublicationStatus] = Field(
+        default_factory=list,
+        max_length=MAX_PUBLICATIONS,
+        description=f"The newest {MAX_PUBLICATIONS} publications of the bindings, newest first "
+        "(the publication history in the database keeps more).",
+    )
+    pending_change: PendingChangeStatus | None = Field(
+        default=None,
+        description="The change the publish policy holds until it is approved, or a rollback "
+        "keeps back; absent when nothing waits.",
     )
 
     def to_body(self) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from taskhandler_operator.artifacts.models import Candidate, Language
 from taskhandler_operator.artifacts.planner import ProbePlan
 from taskhandler_operator.protocol.messages import TaskHandlerParsingResult
 from taskhandler_operator.protocol.summary import ProbeSummary
+from taskhandler_operator.publication.policy import PublishControl
 from taskhandler_operator.records import (
     ArtifactRecord,
     BundleOwner,
@@ -44,6 +45,9 @@ class BundleSpec(BaseModel):
     # The stub queues this bundle serves; validated and claimed.
     queues: Annotated[tuple[str, ...], Field(min_length=1)]
     owner: BundleOwner
+    # The publish policy, approval and rollback asked for, and who writes (the pass adds the
+    # revision and the failed artifacts).
+    publish: PublishControl = PublishControl()
 
 
 @dataclass(frozen=True)

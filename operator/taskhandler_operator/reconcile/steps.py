@@ -233,9 +233,19 @@ async def validate(store: Store, spec: BundleSpec, planned: Planned, probed: Pro
     return Validated(result=result, dags=dags)
 
 
-async def write(store: Store, spec: BundleSpec, probed: Probed, validated: Validated) -> PassResult:
-    """One transaction: artifacts, bindings of the Dags that validated, problems; refused
-    (``BundleClaimed``/``QueueClaimed``) unless the spec's owner holds the bundle's claim."""
+async def write(
+    store: Store,
+    spec: BundleSpec,
+    probed: Probed,
+    validated: Validated,
+    revision: str | None = None,
+    rejected: Sequence[str] = (),
+) -> PassResult:
+    """One transaction: artifacts, bindings of the Dags that validated (unless the publish
+    policy holds the change), problems; refused (``BundleClaimed``/``QueueClaimed``) unless the
+    spec's owner holds the bundle's claim. ``rejected`` are artifacts refused before a probe."""
+    failed = sorted({*(f.rel_path for f in probed.failures), *rejected})
+    publish = spec.publish.model_copy(update={"revision": revision, "failed_paths": tuple(failed)})
     bundle_pass = await asyncio.to_thread(
         BundlePass,
         bundle_name=spec.bundle_name,
@@ -243,6 +253,7 @@ async def write(store: Store, spec: BundleSpec, probed: Probed, validated: Valid
         queues=spec.queues,
         artifacts=probed.records,
         verdicts=validated.result.verdicts,
+        publish=publish,
     )
     return await store.write(bundle_pass)
 
@@ -404,7 +415,10 @@ async def run_pass(spec: BundleSpec, ports: PassPorts) -> PassOutcome:
         probe(ports.prober, clock, spec, synced, planned, parallelism=ports.probe_parallelism),
     )
     validated = await step("validate", validate(ports.store, spec, planned, probed))
-    written = await step("write", write(ports.store, spec, probed, validated))
+    rejected = [c.rel_path for c in planned.plan.rejected]
+    written = await step(
+        "write", write(ports.store, spec, probed, validated, synced.revision, rejected)
+    )
     began = clock.monotonic()
     summary = summarize(
         spec, synced, listed, planned, probed, validated, written, started_at=started_at

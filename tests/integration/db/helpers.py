@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from taskhandler_operator.db.inventory import StubInventory
 from taskhandler_operator.db.writer import ArtifactRecord, BundlePass, PassResult, write_pass
 from taskhandler_operator.devenv.serialized_dags import insert_dag
+from taskhandler_operator.publication.policy import PublishControl
 from taskhandler_operator.records import (
     BundleOwner,
     TaskHandlerArtifact,
@@ -69,6 +70,7 @@ async def reconcile(
     inventory: StubInventory | None = None,
     probed: bool = True,
     revision: str | None = "rev-1",
+    publish: PublishControl | None = None,
 ) -> tuple[ValidationResult, PassResult]:
     """One bundle pass the way the controller runs it: inventory, validate, write."""
     inventory = inventory or StubInventory()
@@ -85,8 +87,9 @@ async def reconcile(
         )
         for a in artifact_list
     )
+    control = {} if publish is None else {"publish": publish}
     written = await write_pass(
-        engine, bundle_pass(bundle, queues, artifacts=records, verdicts=result.verdicts)
+        engine, bundle_pass(bundle, queues, artifacts=records, verdicts=result.verdicts, **control)
     )
     return result, written
 

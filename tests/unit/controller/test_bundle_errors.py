@@ -141,7 +141,7 @@ def runtime(api: FakeApiserver, wakeup: Wakeup) -> Any:
         engine=None,
         runtime_images={},
         options=SimpleNamespace(cluster_id="c1", operator_image="img", pod_settings=None),
-        settings=SimpleNamespace(pass_timeout=None),
+        settings=SimpleNamespace(pass_timeout=None, publication_history=20),
         fence=None,
         volumes=VolumeAccess(),
     )
