@@ -479,7 +479,7 @@ def steady_phase(
             specs[name].append((rel, dag_id, task))
     seed_dags(url, dags)
     # None: no spec.publish at all, exactly the manifests from before publish policies existed.
-    publish = {} if policy is None else {"publish": {"policy": policy}}
+    publish: dict[str, Any] = {} if policy is None else {"publish": {"policy": policy}}
     manifests = [
         bundle_manifest(
             namespace,

@@ -116,7 +116,7 @@ def history(database: str) -> list[tuple[str, str | None, int, int, int, int]]:
             ).all()
     finally:
         engine.dispose()
-    return [tuple(r) for r in rows]  # type: ignore[misc]
+    return [tuple(r) for r in rows]
 
 
 def approvers(database: str) -> list[str | None]:

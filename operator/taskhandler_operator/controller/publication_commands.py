@@ -183,7 +183,7 @@ def _read_bundle(api_client: Any, namespace: str, name: str) -> dict[str, Any]:
     from taskhandler_operator.kube import names
 
     try:
-        found: dict[str, Any] = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+        found = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
             names.GROUP,
             names.VERSION,
             namespace,
@@ -197,6 +197,8 @@ def _read_bundle(api_client: Any, namespace: str, name: str) -> dict[str, Any]:
         raise _kube_failure(f"read TaskHandlerBundle {namespace}/{name}", exc) from None
     except (urllib3.exceptions.HTTPError, OSError) as exc:
         raise _kube_failure(f"read TaskHandlerBundle {namespace}/{name}", exc) from None
+    if not isinstance(found, dict):
+        raise CommandError(f"read TaskHandlerBundle {namespace}/{name}: not an object")
     return found
 
 

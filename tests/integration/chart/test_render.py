@@ -268,7 +268,8 @@ def test_publication_held_alert_fires_per_bundle_after_the_configured_time(rende
             if r.get("alert") == "TaskHandlerBundlePublicationHeld"
         ]
         assert len(found) == 1, rule
-        return found[0]
+        alert: dict[str, Any] = found[0]
+        return alert
 
     alert = held_alert()
     expr = alert["expr"]

@@ -125,7 +125,7 @@ def run(kube_cluster: KubeCluster, db_url: str, capsys: pytest.CaptureFixture[st
     return call
 
 
-def annotations(kube_cluster: KubeCluster, target: str) -> dict[str, Any]:
+def bundle_meta(kube_cluster: KubeCluster, target: str) -> dict[str, Any]:
     namespace, name = target.split("/")
     found = json.loads(
         kube_cluster.kubectl(
@@ -233,14 +233,14 @@ def test_rollback_sets_the_annotation_to_an_earlier_publication(
     assert (code, out) == (1, "")
     assert "is not in the publication history of bundle 'java'" in err
     assert names.ANNOTATION_ROLLBACK_TO not in (
-        annotations(kube_cluster, bundle).get("annotations") or {}
+        bundle_meta(kube_cluster, bundle).get("annotations") or {}
     )
 
     # By default: the newest publication of another revision than the current one (r2).
     code, out, err = run("rollback", bundle)
     assert code == 0, err
     assert f"{names.ANNOTATION_ROLLBACK_TO}=r1-0123456789 set" in out
-    meta = annotations(kube_cluster, bundle)
+    meta = bundle_meta(kube_cluster, bundle)
     assert meta["annotations"][names.ANNOTATION_ROLLBACK_TO] == "r1-0123456789"
     # Who asked, for the operator's history (managedFields).
     managers = {
@@ -254,7 +254,7 @@ def test_rollback_sets_the_annotation_to_an_earlier_publication(
     # --to by a unique part of the revision.
     code, out, _ = run("rollback", bundle, "--to", "abcdefabcd")
     assert code == 0 and "=r2-abcdefabcd set" in out
-    assert annotations(kube_cluster, bundle)["annotations"][names.ANNOTATION_ROLLBACK_TO] == (
+    assert bundle_meta(kube_cluster, bundle)["annotations"][names.ANNOTATION_ROLLBACK_TO] == (
         "r2-abcdefabcd"
     )
 
@@ -276,5 +276,5 @@ def test_rollback_refuses_a_revision_whose_answers_are_gone(
         "artifacts are no longer known (etl.jar is gone or changed since)\n"
     )
     assert names.ANNOTATION_ROLLBACK_TO not in (
-        annotations(kube_cluster, bundle).get("annotations") or {}
+        bundle_meta(kube_cluster, bundle).get("annotations") or {}
     )
