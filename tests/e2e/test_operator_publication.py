@@ -200,6 +200,7 @@ def test_no_removal_holds_a_removed_handler_until_its_revision_is_approved(
     rows = bindings(migrated, NAME)
     assert set(rows) == {("orders_etl", "extract"), ("orders_etl", "load"), ("cleanup", "purge")}
     assert not status.get("pendingChange"), status
+    first_revision = str(status["publishedRevision"])
     jobs = probe_jobs(kube_cluster, namespace, NAME)
 
     # The purge handler goes (its stub still there: reported unbound, rows kept as today) ...
@@ -239,8 +240,11 @@ def test_no_removal_holds_a_removed_handler_until_its_revision_is_approved(
         ("removed", "cleanup", "purge")
     ]
 
-    # An approval of another revision (the published one) is refused with an Event.
-    stale = str(status["publishedRevision"])
+    # An approval of another revision (the first one: stale) is refused with an Event. (Not
+    # publishedRevision: the pass that reported purge unbound published the other Dags' rows
+    # at the removal's revision.)
+    stale = first_revision
+    assert held_revision != stale
     annotate(kube_cluster, namespace, names.ANNOTATION_APPROVE_REVISION, stale)
     reconcile_now(kube_cluster, namespace, NAME, op)
     refused = wait_event(kube_cluster, namespace, op, "ApprovalRefused", stale)
