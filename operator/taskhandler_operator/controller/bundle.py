@@ -51,6 +51,7 @@ from taskhandler_operator.controller.report import (
     internal_error,
     previous_status,
     probing_status,
+    published_bindings,
     transition_events,
 )
 from taskhandler_operator.controller.runtime import BundleStore, OperatorRuntime
@@ -395,7 +396,7 @@ async def _reconcile(
     if error is None:
         assert outcome is not None
         metrics.observe_reconcile(inputs.namespace, inputs.name, "success", seconds)
-        metrics.set_bindings(inputs.namespace, inputs.name, outcome.summary.counts.bindings)
+        metrics.set_bindings(inputs.namespace, inputs.name, published_bindings(outcome))
         metrics.mark_synced(inputs.namespace, inputs.name)
         _publication_metrics(metrics, inputs, outcome)
         log.info(

@@ -15,7 +15,11 @@ Condition reasons (docs/operator.md lists them with what to do):
   reason of its own or it was refused: stalls), ``ProbesRetrying`` (some artifact's probe failed
   for a reason outside it and is retried after a back-off), ``ProberFailed``.
 * ``BindingsPublished``: ``Published``; ``StubsUnbound`` (a stub on the bundle's queues has no
-  binding), ``DatabaseUnavailable``/``TransactionConflict``/``DatabaseError``.
+  binding), ``DatabaseUnavailable``/``TransactionConflict``/``DatabaseError``; ``PublishHeld``
+  (the publish policy holds the change: ``status.pendingChange``), ``RolledBack`` (the
+  rollback annotation keeps an earlier publication; True when nothing else waits),
+  ``RollbackRefused``. A publication is listed in ``status.publications`` and announced by a
+  ``BindingsChanged`` Event; an approval naming another revision by ``ApprovalRefused``.
 * ``Stalled``: ``BundleNameConflict``, ``QueueConflict``, ``InvalidSpec``, and the reason of
   the False domain conditions when each of them needs a person (``kube/conditions.py:
   STALLS``).
@@ -76,6 +80,7 @@ __all__ = [
     "internal_error",
     "previous_status",
     "probing_status",
+    "published_bindings",
     "transition_events",
 ]
 
@@ -217,7 +222,8 @@ def bundle_status(old: TaskHandlerBundleStatus, seen: Observation) -> TaskHandle
                 put(T.BINDINGS_PUBLISHED, status_, reason_, message_)
                 update["published_revision"] = at
         ready_message = (
-            f"{counts.bindings} bindings of {counts.handlers} task handlers at revision {revision}"
+            f"{published_bindings(outcome)} bindings of {counts.handlers} task handlers at "
+            f"revision {update.get('published_revision', revision)}"
         )
         update["counts"] = Counts(
             candidates=counts.candidates,
@@ -226,7 +232,7 @@ def bundle_status(old: TaskHandlerBundleStatus, seen: Observation) -> TaskHandle
             rejected=counts.rejected,
             failed=counts.failed,
             handlers=counts.handlers,
-            bindings=counts.bindings,
+            bindings=published_bindings(outcome),
             unbound_stubs=len(unbound),
         )
         shown_artifacts, hidden = status_artifacts(_artifacts(outcome, seen.codes))
@@ -255,6 +261,15 @@ def bundle_status(old: TaskHandlerBundleStatus, seen: Observation) -> TaskHandle
     )
     update["conditions"] = conditions
     return old.model_copy(update=update)
+
+
+def published_bindings(outcome: PassOutcome) -> int:
+    """The binding rows published after the pass: its own, unless a hold or a rollback kept
+    others."""
+    publication = outcome.written.publication
+    if publication is not None and publication.published_bindings is not None:
+        return publication.published_bindings
+    return outcome.summary.counts.bindings
 
 
 def _counts_status(counts: ChangeCounts) -> ChangeCountsStatus:

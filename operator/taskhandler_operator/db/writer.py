@@ -431,6 +431,7 @@ class _Publisher:
                 pending=held,
                 pending_change=(held.change or self.change).summary(SUMMARY_ENTRIES),
                 held_reason=self.hold,
+                published_bindings=len(self.state.rows),
             )
         w.result.publication = PublishOutcome(**outcome)
 
@@ -497,11 +498,15 @@ class _Publisher:
                 pending_change=self.change.summary(SUMMARY_ENTRIES) if held else None,
                 held_reason=reason,
                 refused=Refusal(reason="RollbackRefused", message=reason),
+                published_bindings=len(self.state.rows),
             )
             return
         target = sorted(recorded.bindings, key=lambda r: r.key)
         restore = compute_change(self.state.rows, target)
-        outcome: dict[str, Any] = {"rolled_back_to": target_revision}
+        outcome: dict[str, Any] = {
+            "rolled_back_to": target_revision,
+            "published_bindings": len(target),
+        }
         if not same_placement(self.state.rows, target):
             rows = restore_params(target)
             dag_ids = sorted({r.dag_id for r in (*self.state.rows, *target)})

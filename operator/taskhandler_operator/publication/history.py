@@ -77,6 +77,9 @@ class PublishOutcome(BaseModel):
     # The revision the bundle holds at because of a rollback (the annotation is set).
     rolled_back_to: str | None = None
     refused: Refusal | None = None
+    # Binding rows published after the pass when that is not what it validated (a hold, a
+    # rollback): the status and the bindings metric count these.
+    published_bindings: int | None = None
 
     @property
     def held(self) -> bool:
