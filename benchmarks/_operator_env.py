@@ -90,8 +90,10 @@ def bundle_manifest(
     *,
     interval: str = "1h",
     parallelism: int = 4,
+    **spec: Any,
 ) -> dict[str, Any]:
-    """A TypeScript bundle on its own queue, probed ``parallelism`` Jobs at a time."""
+    """A TypeScript bundle on its own queue, probed ``parallelism`` Jobs at a time; ``spec``
+    adds further fields (e.g. ``publish``)."""
     return manifests.bundle_manifest(
         namespace,
         name,
@@ -100,6 +102,7 @@ def bundle_manifest(
         queues=[name],
         interval=interval,
         probe={"timeout": "2m", "parallelism": parallelism},
+        **spec,
     )
 
 

@@ -25,6 +25,11 @@ One run measures, each against a baseline measured in the same run where one app
   VmHWM, target ≤ 300 MiB) and apiserver requests per pass by verb (the apiserver's own
   ``apiserver_request_total``; target: no writes). Passes are the operator's own
   ``taskhandler_operator_reconcile_duration_seconds_count``;
+* **the unchanged pass with a publish policy**: a third smaller set, as many bundles and
+  artifacts as the first of the two above (which sets no ``spec.publish``: today's
+  ``Automatic``), with ``spec.publish.policy: NoRemoval`` (issue 23): its CPU and SQL statements
+  per pass over the policy-free set's, as ratios (targets ``TARGET_POLICY_*_RATIO``: within
+  noise), and no probe Job or apiserver write;
 * **failover**: two replicas; SIGKILL of the leader; the time until the standby holds the Lease
   and has finished a reconcile pass (its own metrics), against the Lease duration + 5 s.
 * **probe Jobs followed by watches**: ``--watch-probes`` artifacts probed at once, each writing
@@ -132,6 +137,14 @@ TARGET_COLD_RATIO = 1.3
 TARGET_CHANGE_EXTRA_S = 2.0
 TARGET_CPU_MS = 20.0
 TARGET_RSS_MIB = 300.0
+#: The unchanged pass with a publish policy set (issue 23) against the same set without one,
+#: both measured in this run: CPU per pass within this ratio (the noise between two windows of
+#: equal sets on a shared 2-core machine: the 20- and 40-artifact sets of this benchmark, whose
+#: passes do the same work, have differed by 10 %), SQL statements per pass within 10 % (one
+#: pass more or less in a window), and no apiserver write.
+POLICY_UNDER_TEST = "NoRemoval"
+TARGET_POLICY_CPU_RATIO = 1.25
+TARGET_POLICY_SQL_RATIO = 1.10
 FAILOVER_GRACE_S = 5.0
 #: Requests on Jobs, pods and logs per running probe Job per minute, besides the watches.
 TARGET_JOB_REQUESTS_PER_MINUTE = 2.0
@@ -440,6 +453,7 @@ def steady_phase(
     bundles: int,
     artifacts: int,
     label: str,
+    policy: str | None = None,
 ) -> dict[str, Any]:
     from taskhandler_operator.artifacts.listing import list_candidates
     from taskhandler_operator.artifacts.models import Language
@@ -464,9 +478,15 @@ def steady_phase(
             write_world_readable(root / name / rel, data)
             specs[name].append((rel, dag_id, task))
     seed_dags(url, dags)
+    # None: no spec.publish at all, exactly the manifests from before publish policies existed.
+    publish: dict[str, Any] = {} if policy is None else {"publish": {"policy": policy}}
     manifests = [
         bundle_manifest(
-            namespace, name, {"volume": {"path": str(root / name)}}, interval=args.interval
+            namespace,
+            name,
+            {"volume": {"path": str(root / name)}},
+            interval=args.interval,
+            **publish,
         )
         for name in specs
     ]
@@ -545,6 +565,7 @@ def steady_phase(
         "namespace": namespace,
         "bundles": bundles,
         "artifacts_per_bundle": artifacts,
+        "publish_policy": policy or "Automatic (unset)",
         "interval": args.interval,
         "first_passes_seconds": round(first_passes_s, 1),
         "window_seconds": args.window,
@@ -795,6 +816,7 @@ def _steady_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                 "result": verdict(s["passes"] > 0 and s["apiserver_writes_per_pass"] == 0),
             },
         ]
+    rows += _policy_rows(result)
     # Same bundle count on both sides: only the artifact count differs.
     a, b = base["sql_statements_per_pass"], compare["sql_statements_per_pass"]
     rows.append(
@@ -813,6 +835,70 @@ def _steady_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
         }
     )
     return rows
+
+
+def policy_comparison(base: dict[str, Any], policy: dict[str, Any]) -> dict[str, Any]:
+    """The unchanged pass with a publish policy against without one: ratios and verdicts."""
+
+    def ratio(key: str) -> float | None:
+        a, b = base[key], policy[key]
+        return round(b / a, 3) if a > 0 else None
+
+    cpu, sql = ratio("cpu_ms_per_pass"), ratio("sql_statements_per_pass")
+    passes = base["passes"] > 0 and policy["passes"] > 0
+    return {
+        "policy": policy["publish_policy"],
+        "bundles": policy["bundles"],
+        "artifacts_per_bundle": policy["artifacts_per_bundle"],
+        "cpu_ms_per_pass": [base["cpu_ms_per_pass"], policy["cpu_ms_per_pass"]],
+        "cpu_ratio": cpu,
+        "cpu_target_ratio": TARGET_POLICY_CPU_RATIO,
+        "cpu_ok": passes and cpu is not None and cpu <= TARGET_POLICY_CPU_RATIO,
+        "sql_statements_per_pass": [
+            base["sql_statements_per_pass"],
+            policy["sql_statements_per_pass"],
+        ],
+        "sql_ratio": sql,
+        "sql_target_ratio": TARGET_POLICY_SQL_RATIO,
+        "sql_ok": passes and sql is not None and sql <= TARGET_POLICY_SQL_RATIO,
+        "probe_jobs_total": policy["probe_jobs_total"],
+        "apiserver_writes_per_pass": policy["apiserver_writes_per_pass"],
+    }
+
+
+def _policy_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    if "steady_policy" not in result:
+        return []
+    c = policy_comparison(result["steady_base"], result["steady_policy"])
+    scale = f"{c['bundles']} x {c['artifacts_per_bundle']}"
+    cpu_base, cpu_policy = c["cpu_ms_per_pass"]
+    sql_base, sql_policy = c["sql_statements_per_pass"]
+
+    def shown(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.2f}x"
+
+    return [
+        {
+            "measure": f"unchanged pass with policy {c['policy']} vs Automatic ({scale}): CPU",
+            "measured": f"{cpu_policy:.1f} vs {cpu_base:.1f} ms = {shown(c['cpu_ratio'])}",
+            "target": f"<= {TARGET_POLICY_CPU_RATIO:g}x (noise)",
+            "result": verdict(c["cpu_ok"]),
+        },
+        {
+            "measure": (
+                f"unchanged pass with policy {c['policy']} vs Automatic ({scale}): SQL statements"
+            ),
+            "measured": f"{sql_policy:.2f} vs {sql_base:.2f} = {shown(c['sql_ratio'])}",
+            "target": f"<= {TARGET_POLICY_SQL_RATIO:g}x",
+            "result": verdict(c["sql_ok"]),
+        },
+        {
+            "measure": f"unchanged pass with policy {c['policy']}: probe Jobs, apiserver writes",
+            "measured": f"{c['probe_jobs_total']}, {c['apiserver_writes_per_pass']:.3f} per pass",
+            "target": "0, 0",
+            "result": verdict(c["probe_jobs_total"] == 0 and c["apiserver_writes_per_pass"] == 0),
+        },
+    ]
 
 
 def _failover_rows(failover: dict[str, Any]) -> list[dict[str, Any]]:
@@ -952,6 +1038,20 @@ def main(argv: list[str] | None = None) -> int:
                 args.artifacts * 2,
                 "compare",
             )
+            # The unchanged pass with a publish policy set, against steady_base (no policy,
+            # today's Automatic) at the same scale in the same run.
+            result["steady_policy"] = steady_phase(
+                kube,
+                server,
+                url,
+                work,
+                args,
+                template,
+                compare_bundles,
+                args.artifacts,
+                "policy",
+                policy=POLICY_UNDER_TEST,
+            )
         if "failover" in phases and template is not None:
             result["failover"] = failover_phase(kube, url, work, args, template)
         if "watch" in phases:
@@ -978,6 +1078,15 @@ def main(argv: list[str] | None = None) -> int:
             "run_seconds": round(time.monotonic() - started, 1),
             "targets": rows,
             **result,
+            **(
+                {
+                    "policy_comparison": policy_comparison(
+                        result["steady_base"], result["steady_policy"]
+                    )
+                }
+                if "steady_policy" in result
+                else {}
+            ),
         },
     )
     print(f"\nwrote {path}")

@@ -28,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "taskhandler_operator.kube.commands",
     "taskhandler_operator.sources.commands",
     "taskhandler_operator.controller.commands",
+    "taskhandler_operator.controller.publication_commands",
 )
 
 # Which module registers each subcommand, so that ``taskhandler-operator probe ...`` imports
@@ -46,6 +47,8 @@ COMMANDS: dict[str, str] = {
     "sync": "taskhandler_operator.sources.commands",
     "check-artifact-server": "taskhandler_operator.sources.commands",
     "run": "taskhandler_operator.controller.commands",
+    "diff": "taskhandler_operator.controller.publication_commands",
+    "rollback": "taskhandler_operator.controller.publication_commands",
 }
 
 

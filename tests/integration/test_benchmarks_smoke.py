@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def run_benchmark(name: str, *args: str, results: Path) -> dict[str, object]:
+def run_benchmark(name: str, *args: str, results: Path, timeout: float = 600) -> dict[str, object]:
     env = {**os.environ, "THOP_BENCH_RESULTS": str(results)}
     proc = subprocess.run(
         [sys.executable, "-m", f"benchmarks.{name}", *args],
@@ -27,7 +27,7 @@ def run_benchmark(name: str, *args: str, results: Path) -> dict[str, object]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout,
         check=False,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -143,7 +143,9 @@ def test_sources_benchmark_runs(tmp_path: Path) -> None:
 
 
 @pytest.mark.kube
-@pytest.mark.timeout(600)  # the benchmark's own bound (run_benchmark); it has six phases
+# The benchmark's own bound (run_benchmark) and a margin; it has seven phases (the policy
+# comparison added about 30 s).
+@pytest.mark.timeout(780)
 def test_operator_benchmark_runs(tmp_path: Path) -> None:
     document = run_benchmark(
         "operator",
@@ -151,6 +153,7 @@ def test_operator_benchmark_runs(tmp_path: Path) -> None:
         *("--interval", "10s", "--window", "15", "--settle", "2", "--workdir", str(tmp_path)),
         *("--watch-probes", "2", "--watch-log-mib", "2", "--watch-seconds", "3"),
         results=tmp_path / "results",
+        timeout=720,
     )
     # Shape only: every target has a verdict, and the steady state probed nothing.
     targets = document["targets"]
@@ -166,6 +169,16 @@ def test_operator_benchmark_runs(tmp_path: Path) -> None:
     assert base["bundles"] == compare["bundles"] == 2
     assert (base["artifacts_per_bundle"], compare["artifacts_per_bundle"]) == (2, 4)
     assert any(str(row["measure"]).startswith("SQL statements per pass") for row in targets)
+    # The unchanged pass with a publish policy, against the policy-free set of the same size.
+    policy = document["steady_policy"]
+    assert isinstance(policy, dict) and policy["publish_policy"] == "NoRemoval"
+    assert (policy["bundles"], policy["artifacts_per_bundle"]) == (2, 2)
+    assert policy["probe_jobs_total"] == 0 and policy["passes"] > 0
+    comparison = document["policy_comparison"]
+    assert isinstance(comparison, dict) and comparison["policy"] == "NoRemoval"
+    assert comparison["cpu_ratio"] is not None and comparison["sql_ratio"] is not None
+    policy_rows = [r for r in targets if "with policy NoRemoval" in str(r["measure"])]
+    assert len(policy_rows) == 3 and all(r["result"] in {"PASS", "FAIL"} for r in policy_rows)
     cold = document["probe"]
     assert isinstance(cold, dict) and cold["cold_start"]["jobs"] == 4
     # Probe Jobs followed by watches: both Jobs seen, the operator's own requests counted by the

@@ -283,6 +283,7 @@ def test_service_monitor_and_prometheus_rule_use_the_operators_metrics(render: R
         "TaskHandlerBundleProbeFailures",
         "TaskHandlerBundleSourceErrors",
         "TaskHandlerBundleNotSynced",
+        "TaskHandlerBundlePublicationHeld",
         "TaskHandlerOperatorNoLeader",
     }
     known = _metric_samples()
@@ -295,10 +296,45 @@ def test_service_monitor_and_prometheus_rule_use_the_operators_metrics(render: R
     assert "> 3600" in alerts["TaskHandlerBundleNotSynced"]["expr"]
 
 
+def test_publication_held_alert_fires_per_bundle_after_the_configured_time(render: Render) -> None:
+    """A change a publish policy holds (docs/operator.md, "Publication under control") alerts
+    per bundle once it has been held longer than ``prometheusRule.publicationHeldForSeconds``."""
+
+    def held_alert(*args: str) -> dict[str, Any]:
+        rule = one(render("--set", "prometheusRule.enabled=true", *args), "PrometheusRule")
+        found = [
+            r
+            for g in rule["spec"]["groups"]
+            for r in g["rules"]
+            if r.get("alert") == "TaskHandlerBundlePublicationHeld"
+        ]
+        assert len(found) == 1, rule
+        alert: dict[str, Any] = found[0]
+        return alert
+
+    alert = held_alert()
+    expr = alert["expr"]
+    # Both operands are aggregated to one series per bundle and joined on it: the alert's
+    # labels are exactly the bundle's namespace and name, whatever else the scrape adds.
+    assert expr.count("max by (namespace, name)") == 2, expr
+    assert "and on (namespace, name)" in expr, expr
+    assert "taskhandler_operator_publication_held)" in expr, expr
+    assert "time() - max by (namespace, name) (taskhandler_operator_publication_held_since" in expr
+    assert expr.rstrip().endswith("> 86400)"), expr  # the default: a day
+    assert alert["labels"] == {"severity": "warning"}
+    assert "{{ $labels.namespace }}/{{ $labels.name }}" in alert["annotations"]["summary"]
+    assert "taskhandler-operator diff" in alert["annotations"]["description"]
+    tuned = held_alert("--set", "prometheusRule.publicationHeldForSeconds=7200")
+    assert tuned["expr"].rstrip().endswith("> 7200)") and "86400" not in tuned["expr"]
+    assert "7200s" in tuned["annotations"]["summary"]
+
+
 # (helm arguments, a fragment of helm's one-line refusal)
 REFUSED: list[tuple[tuple[str, ...], str]] = [
     (("--set", "replicaCount=two"), "/replicaCount"),
     (("--set", "replicaCount=0"), "/replicaCount"),
+    (("--set", "prometheusRule.publicationHeldForSeconds=10"), "/publicationHeldForSeconds"),
+    (("--set", "prometheusRule.publicationHeldForSeconds=1d"), "/publicationHeldForSeconds"),
     (
         ("--set", "database.url=postgresql://airflow:secret@db/airflow"),
         "additional properties 'url' not allowed",
