@@ -559,7 +559,14 @@ def transition_events(
             )
         )
     refused = new.pending_change.refused if new.pending_change is not None else None
-    if refused and (old.pending_change is None or old.pending_change.refused != refused):
+    # A refused rollback has its own Event: BindingsPublished's turning RollbackRefused (above).
+    published_now = _cond(new, T.BINDINGS_PUBLISHED)
+    rollback_refused = published_now is not None and published_now.reason == Reason.ROLLBACK_REFUSED
+    if (
+        refused
+        and not rollback_refused
+        and (old.pending_change is None or old.pending_change.refused != refused)
+    ):
         events.append(EventSpec("Warning", EventReason.APPROVAL_REFUSED, refused))
     published = _cond(new, T.BINDINGS_PUBLISHED)
     if (

@@ -135,6 +135,13 @@ async def test_a_rollback_is_reported_and_a_refused_one_stalls(good: PassOutcome
     events = transition_events(TaskHandlerBundleStatus(), status)
     assert ("Warning", "RollbackRefused") in [(e.type, e.reason) for e in events]
 
+    # Refused while a change is held: one Event, the rollback's, not an approval's.
+    with_held = bundle_status(TaskHandlerBundleStatus(), Observation(1, T0, outcome=held(good)))
+    refused_held = bundle_status(with_held, Observation(1, T0, outcome=held(good, refusal)))
+    assert cond(refused_held, "BindingsPublished") == ("False", "RollbackRefused")
+    reasons = [(e.type, e.reason) for e in transition_events(with_held, refused_held)]
+    assert reasons == [("Warning", "RollbackRefused")]
+
 
 def test_who_set_an_annotation_is_the_newest_manager_owning_it() -> None:
     key = "langsdk.dev/approve-revision"
