@@ -39,7 +39,7 @@ from taskhandler_operator.db.engine import create_engine, create_sync_engine
 from taskhandler_operator.db.migrate import upgrade
 from taskhandler_operator.db.tables import fileloc_hash
 from taskhandler_operator.db.writer import ArtifactRecord, BundlePass, PassResult, write_pass
-from taskhandler_operator.devenv.postgres import (
+from taskhandler_devenv.postgres import (
     TEMPLATE_DB,
     AirflowCli,
     PostgresServer,

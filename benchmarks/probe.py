@@ -32,7 +32,7 @@ from typing import Any
 
 from benchmarks._report import print_table, write_json
 from taskhandler_operator.artifacts.models import Language
-from taskhandler_operator.devenv.runtimes import (
+from taskhandler_devenv.runtimes import (
     LANGUAGES,
     SEED_SPEC,
     ToolchainMissing,

@@ -10,7 +10,7 @@ Deployment), applies three TaskHandlerBundles and waits until they are Ready. Th
 ``kubectl get thb``, the bindings the scheduler resolves, and how to try things, and keeps
 running until Ctrl-C (``--once``: it stops right away). Everything it started is stopped and
 removed at the end, on failure and on Ctrl-C too. The example data and the dev servers are
-``taskhandler_operator.devenv``; the product does the work, this script orchestrates and prints.
+``taskhandler_devenv``; the product does the work, this script orchestrates and prints.
 
 Exit status: 0 ok, 1 when a step failed ("demo FAILED in step ..." with diagnostics), 130 on
 Ctrl-C (or SIGTERM). See ``docs/demo.md``.
@@ -40,30 +40,30 @@ import sqlalchemy as sa
 
 from taskhandler_operator.db.engine import create_sync_engine
 from taskhandler_operator.db.tables import ARTIFACT_TABLE, BINDING_TABLE
-from taskhandler_operator.devenv.chart_install import CHART, HostPorts, process_node_values
-from taskhandler_operator.devenv.git_server import (
+from taskhandler_devenv.chart_install import CHART, HostPorts, process_node_values
+from taskhandler_devenv.git_server import (
     GitRepo,
     HttpServer,
     make_repo,
     start_http_server,
 )
-from taskhandler_operator.devenv.kubecluster.bins import (
+from taskhandler_devenv.kubecluster.bins import (
     BUILD_SCRIPT,
     REPO_ROOT,
     BinaryCacheError,
     check_bins,
     expected_versions,
 )
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster, start_cluster
-from taskhandler_operator.devenv.kubecluster.procs import free_port
-from taskhandler_operator.devenv.orders_example import (
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster, start_cluster
+from taskhandler_devenv.kubecluster.procs import free_port
+from taskhandler_devenv.orders_example import (
     BUNDLES,
     DAG_FILE,
     DAG_ID,
     DAG_SOURCE,
     STUB_ARGUMENTS,
 )
-from taskhandler_operator.devenv.postgres import (
+from taskhandler_devenv.postgres import (
     AIRFLOW_VERSION,
     VENV_SCRIPT,
     AirflowCli,
@@ -71,8 +71,8 @@ from taskhandler_operator.devenv.postgres import (
     airflow_venv_path,
     reserialize_dags,
 )
-from taskhandler_operator.devenv.runtimes import build_runtime
-from taskhandler_operator.devenv.serialized_dags import add_stub_fields
+from taskhandler_devenv.runtimes import build_runtime
+from taskhandler_devenv.serialized_dags import add_stub_fields
 from taskhandler_operator.kube import names
 from taskhandler_operator.scheduler import resolve_task_handlers_sync
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from taskhandler_operator.artifacts.models import Language
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.kube import names
 from taskhandler_operator.kube.probe_job import (
     BundleIdentity,

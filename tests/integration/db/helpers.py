@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from taskhandler_operator.db.inventory import StubInventory
 from taskhandler_operator.db.writer import ArtifactRecord, BundlePass, PassResult, write_pass
-from taskhandler_operator.devenv.serialized_dags import insert_dag
+from taskhandler_devenv.serialized_dags import insert_dag
 from taskhandler_operator.records import (
     BundleOwner,
     TaskHandlerArtifact,

@@ -20,7 +20,7 @@ from taskhandler_operator.db.engine import (
     create_engine,
     translate_errors,
 )
-from taskhandler_operator.devenv.postgres import PostgresServer
+from taskhandler_devenv.postgres import PostgresServer
 
 pytestmark = pytest.mark.integration
 

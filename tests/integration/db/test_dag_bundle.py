@@ -24,8 +24,8 @@ from taskhandler_operator.db.dag_bundle import (
     dag_bundle_sync_sync,
     read_dag_bundle_sync,
 )
-from taskhandler_operator.devenv.postgres import AirflowCli, PostgresServer
-from taskhandler_operator.devenv.serialized_dags import dag_document, stub_task
+from taskhandler_devenv.postgres import AirflowCli, PostgresServer
+from taskhandler_devenv.serialized_dags import dag_document, stub_task
 from tests.integration.db.helpers import add_dags, artifact, declaration, reconcile
 
 pytestmark = pytest.mark.integration

@@ -22,7 +22,7 @@ from taskhandler_operator.db.writer import (
     write_pass,
     write_pass_in,
 )
-from taskhandler_operator.devenv.serialized_dags import dag_document, stub_task
+from taskhandler_devenv.serialized_dags import dag_document, stub_task
 from taskhandler_operator.records import TaskHandlerArtifact
 from taskhandler_operator.validation import validate_bundle
 from tests.integration.db.helpers import (

@@ -30,7 +30,7 @@ from taskhandler_operator.db.tables import (
     ORIGIN_AIRFLOW,
 )
 from taskhandler_operator.db.writer import bundle_lock_key
-from taskhandler_operator.devenv.serialized_dags import dag_document, stub_task
+from taskhandler_devenv.serialized_dags import dag_document, stub_task
 from taskhandler_operator.records import TaskHandlerArtifactRef
 from taskhandler_operator.scheduler import (
     TaskKey,

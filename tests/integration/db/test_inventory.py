@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from taskhandler_operator.airflow.serialized import DagReadProblem
 from taskhandler_operator.db.inventory import StubInventory
-from taskhandler_operator.devenv.serialized_dags import (
+from taskhandler_devenv.serialized_dags import (
     add_stub_fields,
     dag_document,
     delete_dag,

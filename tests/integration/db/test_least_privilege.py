@@ -28,8 +28,8 @@ from taskhandler_operator.db.writer import (
     delete_bundle_rows,
     record_artifacts,
 )
-from taskhandler_operator.devenv.postgres import PostgresServer
-from taskhandler_operator.devenv.serialized_dags import dag_document, stub_task
+from taskhandler_devenv.postgres import PostgresServer
+from taskhandler_devenv.serialized_dags import dag_document, stub_task
 from taskhandler_operator.scheduler import explain_unbound, resolve_task_handlers
 from tests.fixtures.airflow_design_b import airflow_creates_binding_tables
 from tests.integration.db.helpers import (

@@ -29,7 +29,7 @@ from taskhandler_operator.db.tables import (
     binding_table,
     metadata,
 )
-from taskhandler_operator.devenv.postgres import PostgresServer
+from taskhandler_devenv.postgres import PostgresServer
 
 pytestmark = pytest.mark.integration
 

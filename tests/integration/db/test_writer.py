@@ -21,7 +21,7 @@ from taskhandler_operator.db.writer import (
     write_pass,
     write_pass_in,
 )
-from taskhandler_operator.devenv.serialized_dags import (
+from taskhandler_devenv.serialized_dags import (
     dag_document,
     delete_dag,
     insert_dag,

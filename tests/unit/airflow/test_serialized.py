@@ -15,7 +15,7 @@ from taskhandler_operator.airflow.serialized import (
     decode_document,
     read_stubs,
 )
-from taskhandler_operator.devenv.serialized_dags import (
+from taskhandler_devenv.serialized_dags import (
     dag_document,
     literal_arg,
     python_task,

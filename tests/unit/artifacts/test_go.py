@@ -11,7 +11,7 @@ import pytest
 from taskhandler_operator.artifacts import go
 from taskhandler_operator.artifacts.models import Candidate, Language
 from taskhandler_operator.artifacts.verify import ArtifactVerificationError, verify_artifact
-from taskhandler_operator.devenv.packers import (
+from taskhandler_devenv.packers import (
     GO_TRAILER,
     go_cache_digest,
     pack_go_bundle,
@@ -460,7 +460,7 @@ def test_a_file_changing_during_verification_fails(
 ) -> None:
     # Unit test of the final identity check only; a real race cannot be timed reliably.
     from taskhandler_operator.artifacts.models import OpenFile
-    from taskhandler_operator.devenv.packers import write_jar, write_typescript_bundle
+    from taskhandler_devenv.packers import write_jar, write_typescript_bundle
 
     if language is Language.GO:
         path = write_go_bundle(tmp_path / "a", BINARY)

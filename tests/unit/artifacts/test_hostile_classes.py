@@ -28,7 +28,7 @@ from taskhandler_operator.artifacts.models import (
 )
 from taskhandler_operator.artifacts.verify import verify_artifact
 from taskhandler_operator.cli import main
-from taskhandler_operator.devenv.packers import (
+from taskhandler_devenv.packers import (
     GO_FOOTER_MAGIC,
     GO_TRAILER,
     hostile_jar,

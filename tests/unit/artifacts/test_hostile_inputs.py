@@ -23,7 +23,7 @@ from taskhandler_operator.artifacts import go, java, typescript
 from taskhandler_operator.artifacts.listing import READERS, list_candidates
 from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile
 from taskhandler_operator.artifacts.verify import ArtifactVerificationError, verify_artifact
-from taskhandler_operator.devenv.packers import (
+from taskhandler_devenv.packers import (
     GO_TRAILER,
     pack_go_bundle,
     pack_typescript_bundle,

@@ -11,7 +11,7 @@ import pytest
 from taskhandler_operator.artifacts import java
 from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile
 from taskhandler_operator.artifacts.verify import ArtifactVerificationError, verify_artifact
-from taskhandler_operator.devenv.packers import (
+from taskhandler_devenv.packers import (
     ZipEntry,
     build_zip,
     fold_manifest_line,

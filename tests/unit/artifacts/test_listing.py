@@ -23,7 +23,7 @@ from taskhandler_operator.artifacts.listing import (
     walk_files,
 )
 from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile
-from taskhandler_operator.devenv.packers import (
+from taskhandler_devenv.packers import (
     GO_TRAILER,
     write_go_bundle,
     write_jar,

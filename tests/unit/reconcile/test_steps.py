@@ -21,7 +21,7 @@ from taskhandler_operator.db.claims import BundleClaimed
 from taskhandler_operator.db.engine import DatabaseUnavailable
 from taskhandler_operator.db.fence import FencedOut
 from taskhandler_operator.db.write_models import BundlePass, PassResult
-from taskhandler_operator.devenv.packers import write_typescript_bundle
+from taskhandler_devenv.packers import write_typescript_bundle
 from taskhandler_operator.protocol.messages import TaskHandlerParsingResult
 from taskhandler_operator.reconcile.errors import (
     DatabaseFailed,
