@@ -11,15 +11,17 @@ THOP_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/taskhandler-operator
 export THOP_CACHE
 
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml devenv/pyproject.toml | sha256sum | cut -c1-12)
 
 .PHONY: demo test chaos lint typecheck unit mutation venv fuzz system-deps k8s-bins versitygw kstatus airflow-venv node-venv clean \
 	chart-files kind-up kind-images kind-postgres kind-airflow-schema kind-install kind-examples kind-down
 
-$(STAMP): pyproject.toml
+# The operator and, beside it, the development environment (devenv/: control plane, servers,
+# demo data) the demo, tests and benchmarks use; the operator's wheel and images hold neither.
+$(STAMP): pyproject.toml devenv/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev]' -e ./devenv
 	@rm -f $(VENV)/.installed-* && touch $@
 
 venv: $(STAMP)
@@ -51,8 +53,8 @@ demo: venv system-deps
 	$(BIN)/python hack/demo.py $(DEMO_ARGS)
 
 lint: venv
-	$(BIN)/ruff check operator tests benchmarks hack
-	$(BIN)/ruff format --check operator tests benchmarks hack
+	$(BIN)/ruff check operator devenv tests benchmarks hack
+	$(BIN)/ruff format --check operator devenv tests benchmarks hack
 	$(BIN)/lint-imports --no-cache
 
 typecheck: venv
@@ -87,7 +89,7 @@ fuzz: venv
 	  --hypothesis-show-statistics -q $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache .grimp_cache build *.egg-info operator/*.egg-info mutants
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache .grimp_cache build *.egg-info operator/*.egg-info devenv/*.egg-info devenv/build mutants
 
 # Regenerate the chart's copies of generated files (unit tests fail when they drift).
 chart-files: venv
