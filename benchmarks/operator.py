@@ -101,11 +101,6 @@ from benchmarks._operator_env import (
     write_world_readable,
 )
 from benchmarks._report import print_table, write_json
-from taskhandler_operator.controller.leader import ElectionConfig
-from taskhandler_operator.db.engine import create_engine
-from taskhandler_operator.db.known_artifacts import load_known_artifacts
-from taskhandler_operator.db.migrate import upgrade
-from taskhandler_operator.db.writer import record_artifacts
 from taskhandler_devenv.kubecluster.bins import REPO_ROOT, ensure_bins
 from taskhandler_devenv.kubecluster.control_plane import (
     ControlPlaneOptions,
@@ -124,6 +119,11 @@ from taskhandler_devenv.serialized_dags import (
     insert_dag,
     stub_task,
 )
+from taskhandler_operator.controller.leader import ElectionConfig
+from taskhandler_operator.db.engine import create_engine
+from taskhandler_operator.db.known_artifacts import load_known_artifacts
+from taskhandler_operator.db.migrate import upgrade
+from taskhandler_operator.db.writer import record_artifacts
 from taskhandler_operator.kube import names
 from taskhandler_operator.kube.duration import parse_duration
 from taskhandler_operator.records import ArtifactRecord, BundleOwner, TaskHandlerArtifact

@@ -38,8 +38,6 @@ from typing import Any, Final
 
 import sqlalchemy as sa
 
-from taskhandler_operator.db.engine import create_sync_engine
-from taskhandler_operator.db.tables import ARTIFACT_TABLE, BINDING_TABLE
 from taskhandler_devenv.chart_install import CHART, HostPorts, process_node_values
 from taskhandler_devenv.git_server import (
     GitRepo,
@@ -73,6 +71,8 @@ from taskhandler_devenv.postgres import (
 )
 from taskhandler_devenv.runtimes import build_runtime
 from taskhandler_devenv.serialized_dags import add_stub_fields
+from taskhandler_operator.db.engine import create_sync_engine
+from taskhandler_operator.db.tables import ARTIFACT_TABLE, BINDING_TABLE
 from taskhandler_operator.kube import names
 from taskhandler_operator.scheduler import resolve_task_handlers_sync
 

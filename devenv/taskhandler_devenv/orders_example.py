@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from taskhandler_operator.artifacts.models import Language
 from taskhandler_devenv.serialized_dags import literal_arg, xcom_arg
+from taskhandler_operator.artifacts.models import Language
 
 DAG_ID: Final = "orders_etl"
 DAG_FILE: Final = "orders_etl.py"

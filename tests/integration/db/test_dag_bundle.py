@@ -17,6 +17,8 @@ import sqlalchemy as sa
 from sqlalchemy import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from taskhandler_devenv.postgres import AirflowCli, PostgresServer
+from taskhandler_devenv.serialized_dags import dag_document, stub_task
 from taskhandler_operator.cli import main
 from taskhandler_operator.db.dag_bundle import (
     DagBundleRecord,
@@ -24,8 +26,6 @@ from taskhandler_operator.db.dag_bundle import (
     dag_bundle_sync_sync,
     read_dag_bundle_sync,
 )
-from taskhandler_devenv.postgres import AirflowCli, PostgresServer
-from taskhandler_devenv.serialized_dags import dag_document, stub_task
 from tests.integration.db.helpers import add_dags, artifact, declaration, reconcile
 
 pytestmark = pytest.mark.integration

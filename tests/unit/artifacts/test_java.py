@@ -8,9 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from taskhandler_operator.artifacts import java
-from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile
-from taskhandler_operator.artifacts.verify import ArtifactVerificationError, verify_artifact
 from taskhandler_devenv.packers import (
     ZipEntry,
     build_zip,
@@ -18,6 +15,9 @@ from taskhandler_devenv.packers import (
     render_manifest,
     write_jar,
 )
+from taskhandler_operator.artifacts import java
+from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile
+from taskhandler_operator.artifacts.verify import ArtifactVerificationError, verify_artifact
 from taskhandler_operator.limits import JAVA_MAX_MANIFEST_BYTES
 from tests.unit.artifacts.helpers import flip, read_with
 
