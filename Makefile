@@ -11,15 +11,17 @@ THOP_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/taskhandler-operator
 export THOP_CACHE
 
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml devenv/pyproject.toml | sha256sum | cut -c1-12)
 
 .PHONY: demo test chaos lint typecheck unit mutation venv fuzz system-deps k8s-bins versitygw kstatus promtool airflow-venv node-venv clean \
 	chart-files install-manifests requirements-lock kind-up kind-images kind-postgres kind-airflow kind-install kind-examples kind-down
 
-$(STAMP): pyproject.toml
+# The operator and, beside it, the development environment (devenv/: control plane, servers,
+# demo data) the demo, tests and benchmarks use; the operator's wheel and images hold neither.
+$(STAMP): pyproject.toml devenv/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev]' -e ./devenv
 	@rm -f $(VENV)/.installed-* && touch $@
 
 venv: $(STAMP)
@@ -56,8 +58,8 @@ demo: venv system-deps
 	$(BIN)/python hack/demo.py $(DEMO_ARGS)
 
 lint: venv
-	$(BIN)/ruff check operator tests benchmarks hack
-	$(BIN)/ruff format --check operator tests benchmarks hack
+	$(BIN)/ruff check operator devenv tests benchmarks hack
+	$(BIN)/ruff format --check operator devenv tests benchmarks hack
 	$(BIN)/lint-imports --no-cache
 
 typecheck: venv
@@ -92,7 +94,7 @@ fuzz: venv
 	  --hypothesis-show-statistics -q $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache .grimp_cache build *.egg-info operator/*.egg-info mutants
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache .grimp_cache build *.egg-info operator/*.egg-info devenv/*.egg-info devenv/build mutants
 
 # Regenerate the chart's copies of generated files (unit tests fail when they drift).
 chart-files: venv
@@ -127,7 +129,7 @@ THOP_NS      ?= taskhandler-system
 IMAGE_BUILD   = docker build -f images/Dockerfile --build-arg VERSION=$(IMAGE_TAG) \
 	--build-arg REVISION=$(REVISION)
 EXAMPLES_NS  := thop-demo
-ORDERS       := $(BIN)/python -m taskhandler_operator.devenv.orders_cluster
+ORDERS       := $(BIN)/python -m taskhandler_devenv.orders_cluster
 
 kind-up:
 	kind create cluster --config kind-config.yaml --name $(KIND_CLUSTER)

@@ -29,17 +29,17 @@ from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 from prometheus_client.parser import text_string_to_metric_families
 
-from taskhandler_operator.devenv import manifests
-from taskhandler_operator.devenv.chart_install import CHART, HostPorts, process_node_values
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.devenv.kubecluster.procs import free_port
-from taskhandler_operator.devenv.operator_process import (
+from taskhandler_devenv import manifests
+from taskhandler_devenv.chart_install import CHART, HostPorts, process_node_values
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.procs import free_port
+from taskhandler_devenv.operator_process import (
     OperatorReplica,
     poll_until,
     prepare_operator_namespace,
 )
-from taskhandler_operator.devenv.packers import pack_typescript_bundle
-from taskhandler_operator.devenv.runtimes import SOURCES, typescript_code
+from taskhandler_devenv.packers import pack_typescript_bundle
+from taskhandler_devenv.runtimes import SOURCES, typescript_code
 from taskhandler_operator.kube import names
 
 OPERATOR_USER = "taskhandler-operator-bench"

@@ -34,17 +34,17 @@ from sqlalchemy import Engine, event
 from tests.integration.db.helpers import plan_nodes, resolve_plan, seed_bindings
 
 from benchmarks._report import print_table, ratio, timed, write_json
-from taskhandler_operator.airflow.serialized import DagStubs, StubTask
-from taskhandler_operator.db.engine import create_engine, create_sync_engine
-from taskhandler_operator.db.migrate import upgrade
-from taskhandler_operator.db.tables import fileloc_hash
-from taskhandler_operator.db.writer import ArtifactRecord, BundlePass, PassResult, write_pass
-from taskhandler_operator.devenv.postgres import (
+from taskhandler_devenv.postgres import (
     TEMPLATE_DB,
     AirflowCli,
     PostgresServer,
     ensure_airflow_venv,
 )
+from taskhandler_operator.airflow.serialized import DagStubs, StubTask
+from taskhandler_operator.db.engine import create_engine, create_sync_engine
+from taskhandler_operator.db.migrate import upgrade
+from taskhandler_operator.db.tables import fileloc_hash
+from taskhandler_operator.db.writer import ArtifactRecord, BundlePass, PassResult, write_pass
 from taskhandler_operator.records import BundleOwner, TaskHandlerArtifact, TaskHandlerDeclaration
 from taskhandler_operator.scheduler import resolve_task_handlers_sync
 from taskhandler_operator.validation import validate_bundle

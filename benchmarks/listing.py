@@ -42,13 +42,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._report import print_table, ratio, timed, write_json
-from taskhandler_operator.artifacts.listing import ListingCache, ListingResult, list_candidates
-from taskhandler_operator.artifacts.models import Language
-from taskhandler_operator.devenv.packers import (
+from taskhandler_devenv.packers import (
     go_bundle_tail,
     pack_typescript_bundle,
     render_manifest,
 )
+from taskhandler_operator.artifacts.listing import ListingCache, ListingResult, list_candidates
+from taskhandler_operator.artifacts.models import Language
 
 MiB = 1 << 20
 JAR_COUNT = 167

@@ -106,29 +106,29 @@ from benchmarks._operator_env import (
     write_world_readable,
 )
 from benchmarks._report import print_table, write_json
-from taskhandler_operator.controller.leader import ElectionConfig
-from taskhandler_operator.db.engine import create_engine
-from taskhandler_operator.db.known_artifacts import load_known_artifacts
-from taskhandler_operator.db.migrate import upgrade
-from taskhandler_operator.db.writer import record_artifacts
-from taskhandler_operator.devenv.kubecluster.bins import REPO_ROOT, ensure_bins
-from taskhandler_operator.devenv.kubecluster.control_plane import (
+from taskhandler_devenv.kubecluster.bins import REPO_ROOT, ensure_bins
+from taskhandler_devenv.kubecluster.control_plane import (
     ControlPlaneOptions,
     KubeCluster,
     start_cluster,
 )
-from taskhandler_operator.devenv.operator_process import apply_all, request_reconcile
-from taskhandler_operator.devenv.postgres import (
+from taskhandler_devenv.operator_process import apply_all, request_reconcile
+from taskhandler_devenv.postgres import (
     AirflowCli,
     PostgresServer,
     ensure_airflow_venv,
 )
-from taskhandler_operator.devenv.serialized_dags import (
+from taskhandler_devenv.serialized_dags import (
     dag_document,
     ensure_bundle,
     insert_dag,
     stub_task,
 )
+from taskhandler_operator.controller.leader import ElectionConfig
+from taskhandler_operator.db.engine import create_engine
+from taskhandler_operator.db.known_artifacts import load_known_artifacts
+from taskhandler_operator.db.migrate import upgrade
+from taskhandler_operator.db.writer import record_artifacts
 from taskhandler_operator.kube import names
 from taskhandler_operator.kube.duration import parse_duration
 from taskhandler_operator.records import ArtifactRecord, BundleOwner, TaskHandlerArtifact
@@ -263,7 +263,7 @@ def probe_phase(
 ) -> dict[str, Any]:
     """The baseline probe Job time, the cold start and the change propagation, on one
     operator; also returns the recorded answer the steady state's rows are made from."""
-    from taskhandler_operator.devenv.git_server import make_repo, start_http_server
+    from taskhandler_devenv.git_server import make_repo, start_http_server
 
     namespace = f"bench-probe-{uuid.uuid4().hex[:6]}"
     make_namespace(kube, namespace)
@@ -716,7 +716,7 @@ def watch_phase(
 def probe_cost_phase() -> dict[str, Any]:
     """One probe's and one fetch's own cost per language (``benchmarks/probe_cost.py``)."""
     from benchmarks import probe_cost
-    from taskhandler_operator.devenv.runtimes import SEED_SPEC, build_runtime
+    from taskhandler_devenv.runtimes import SEED_SPEC, build_runtime
 
     out: dict[str, Any] = {}
     for language in ("go", "java", "typescript"):

@@ -31,13 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._report import print_table, write_json
-from taskhandler_operator.artifacts.models import Language
-from taskhandler_operator.devenv.runtimes import (
+from taskhandler_devenv.runtimes import (
     LANGUAGES,
     SEED_SPEC,
     ToolchainMissing,
     build_runtime,
 )
+from taskhandler_operator.artifacts.models import Language
 from taskhandler_operator.protocol.driver import ProbeConfig, run_probe
 from taskhandler_operator.protocol.eventlog import EventLog
 

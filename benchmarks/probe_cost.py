@@ -139,7 +139,7 @@ def measure_probe_cost(
     and the per-run ``samples``. Raises RuntimeError when a probe fails.
     """
     if artifact is None:
-        from taskhandler_operator.devenv.runtimes import SEED_SPEC, build_runtime
+        from taskhandler_devenv.runtimes import SEED_SPEC, build_runtime
 
         artifact = build_runtime(language, SEED_SPEC)
     argv = [
@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--check-targets", action="store_true", help="exit 1 on a FAIL")
     args = parser.parse_args(argv)
-    from taskhandler_operator.devenv.runtimes import SEED_SPEC, ToolchainMissing, build_runtime
+    from taskhandler_devenv.runtimes import SEED_SPEC, ToolchainMissing, build_runtime
 
     rows: list[dict[str, Any]] = []
     for language in args.language or LANGUAGES:

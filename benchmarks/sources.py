@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._report import print_table, ratio, write_json
-from taskhandler_operator.devenv.git_server import HttpServer, make_repo, start_http_server
-from taskhandler_operator.devenv.s3_server import S3Server, start_s3_server
+from taskhandler_devenv.git_server import HttpServer, make_repo, start_http_server
+from taskhandler_devenv.s3_server import S3Server, start_s3_server
 from taskhandler_operator.sources.access import VolumeAccess
 from taskhandler_operator.sources.models import Revision
 from taskhandler_operator.sources.spec import SourceSpec

@@ -11,7 +11,7 @@ Deployment), applies three TaskHandlerBundles and waits until they are Ready. Th
 ``kubectl get thb``, the bindings the scheduler resolves, and how to try things, and keeps
 running until Ctrl-C (``--once``: it stops right away). Everything it started is stopped and
 removed at the end, on failure and on Ctrl-C too. The example data and the dev servers are
-``taskhandler_operator.devenv``; the product does the work, this script orchestrates and prints.
+``taskhandler_devenv``; the product does the work, this script orchestrates and prints.
 
 Exit status: 0 ok, 1 when a step failed ("demo FAILED in step ..." with diagnostics), 130 on
 Ctrl-C (or SIGTERM, SIGHUP), also when stdout broke meanwhile (``| tee`` stopped by the same
@@ -43,33 +43,33 @@ from typing import Any, Final
 
 import sqlalchemy as sa
 
-from taskhandler_operator.db.engine import create_sync_engine
-from taskhandler_operator.db.tables import ARTIFACT_TABLE, BINDING_TABLE
-from taskhandler_operator.devenv import console, orders_cluster
-from taskhandler_operator.devenv.chart_install import CHART, HostPorts, process_node_values
-from taskhandler_operator.devenv.guardian import Guardian
-from taskhandler_operator.devenv.kubecluster.bins import (
+from taskhandler_devenv import console, orders_cluster
+from taskhandler_devenv.chart_install import CHART, HostPorts, process_node_values
+from taskhandler_devenv.guardian import Guardian
+from taskhandler_devenv.kubecluster.bins import (
     BUILD_SCRIPT,
     REPO_ROOT,
     BinaryCacheError,
     check_bins,
     expected_versions,
 )
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster, start_cluster
-from taskhandler_operator.devenv.kubecluster.procs import free_port
-from taskhandler_operator.devenv.orders_example import (
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster, start_cluster
+from taskhandler_devenv.kubecluster.procs import free_port
+from taskhandler_devenv.orders_example import (
     BUNDLES,
     DAG_ID,
     STUB_ARGUMENTS,
     register_bundles,
 )
-from taskhandler_operator.devenv.postgres import (
+from taskhandler_devenv.postgres import (
     AIRFLOW_VERSION,
     VENV_SCRIPT,
     AirflowCli,
     PostgresServer,
     airflow_venv_path,
 )
+from taskhandler_operator.db.engine import create_sync_engine
+from taskhandler_operator.db.tables import ARTIFACT_TABLE, BINDING_TABLE
 from taskhandler_operator.kube import names
 from taskhandler_operator.scheduler import resolve_task_handlers_sync
 

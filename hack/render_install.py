@@ -225,7 +225,7 @@ def write(objects: list[dict[str, Any]], out: Path) -> list[Path]:
 
 def _default_helm() -> Path:
     sys.path.insert(0, str(ROOT / "operator"))
-    from taskhandler_operator.devenv.kubecluster.bins import ensure_bins
+    from taskhandler_devenv.kubecluster.bins import ensure_bins
 
     return ensure_bins()["helm"]
 

@@ -46,9 +46,9 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.postgres import PostgresServer
 from taskhandler_operator.db.migrate import upgrade
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.devenv.postgres import PostgresServer
 from tests.chaos.harness import (
     JobRecorder,
     chaos_seed,

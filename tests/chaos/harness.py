@@ -25,7 +25,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.kube import names
 from tests.e2e.faults_support import Replica, condition, thb, wait_for
 from tests.e2e.operator_env import git_bundle, handler_spec

@@ -19,9 +19,9 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.devenv.manifests import bundle_manifest
-from taskhandler_operator.devenv.operator_process import request_reconcile
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.manifests import bundle_manifest
+from taskhandler_devenv.operator_process import request_reconcile
 from tests.chaos.faulty_server import FaultyServer
 from tests.e2e.faults_support import Replica, condition, jobs_by_name, replica, rows, thb
 from tests.e2e.operator_env import OPERATOR_USER, apply, handler_spec

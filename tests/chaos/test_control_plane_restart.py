@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.devenv.operator_process import request_reconcile
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.operator_process import request_reconcile
 from tests.chaos.conftest import StartBundleRun
 from tests.chaos.harness import READY_SECONDS, many_artifacts_repo
 from tests.e2e.faults_support import Replica, condition, rows, thb, wait_for

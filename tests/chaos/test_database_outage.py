@@ -34,9 +34,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.postgres import PostgresServer
 from taskhandler_operator.db.tables import ARTIFACT_TABLE, BINDING_TABLE, PROBE_TABLE
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.devenv.postgres import PostgresServer
 from tests.chaos.conftest import StartBundleRun
 from tests.chaos.harness import (
     many_artifacts_repo,

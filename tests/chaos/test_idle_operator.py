@@ -27,9 +27,9 @@ from typing import Any
 
 import pytest
 
-from taskhandler_operator.devenv.chart_install import CHART, HostPorts, process_node_values
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.devenv.kubecluster.procs import free_port
+from taskhandler_devenv.chart_install import CHART, HostPorts, process_node_values
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.procs import free_port
 from tests.integration.chart.test_install import (
     RELEASE,
     adopt_crd,

@@ -28,8 +28,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.db.write_statements import bundle_lock_key
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 from tests.chaos.conftest import FreshDatabase, MakeReplica
 from tests.chaos.harness import readyz, wait_leading
 from tests.chaos.test_database_outage import writers

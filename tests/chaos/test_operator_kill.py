@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
 from tests.chaos.conftest import FreshNamespace, StartBundleRun
 from tests.chaos.harness import (
     JobRecorder,

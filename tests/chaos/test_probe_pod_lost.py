@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.kube import names
 from taskhandler_operator.kube.probe_job import PROBE_CONTAINER
 from tests.chaos.faulty_server import FaultyServer

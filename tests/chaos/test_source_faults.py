@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
 from tests.chaos.faulty_server import FaultyProxy, FaultyServer, Mode, ProxyMode
 from tests.chaos.input_faults import (
     ARTIFACT,

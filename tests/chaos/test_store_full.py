@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
 from tests.chaos.faulty_server import FaultyServer
 from tests.chaos.input_faults import (
     ARTIFACT,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from taskhandler_devenv.kubecluster.bins import REPO_ROOT
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.db.migrate import upgrade
-from taskhandler_operator.devenv.kubecluster.bins import REPO_ROOT
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.kube import names
 from tests.e2e.operator_env import Operator, StartOperator, prepare_namespace, start_operator
 

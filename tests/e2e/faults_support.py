@@ -1,5 +1,5 @@
 """Helpers of the operator fault tests: ``taskhandler-operator run`` replicas (the process is
-:class:`~taskhandler_operator.devenv.operator_process.OperatorReplica`), a bundle's status, probe
+:class:`~taskhandler_devenv.operator_process.OperatorReplica`), a bundle's status, probe
 Jobs with their uids, the operator's rows in a comparable form."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any, TypeVar
 import pytest
 import sqlalchemy as sa
 
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.operator_process import OperatorReplica as Replica
+from taskhandler_devenv.operator_process import poll_until
 from taskhandler_operator.db.tables import ARTIFACT_TABLE, BINDING_TABLE, PROBLEM_TABLE
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.devenv.operator_process import OperatorReplica as Replica
-from taskhandler_operator.devenv.operator_process import poll_until
 from taskhandler_operator.kube import names
 from tests.e2e.operator_env import events as bundle_events
 from tests.e2e.operator_env import get_bundle, run_command

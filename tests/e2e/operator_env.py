@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.devenv.kubecluster.procs import free_port
-from taskhandler_operator.devenv.manifests import bundle_manifest
-from taskhandler_operator.devenv.operator_process import (
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.procs import free_port
+from taskhandler_devenv.manifests import bundle_manifest
+from taskhandler_devenv.operator_process import (
     prepare_operator_namespace,
     request_reconcile,
 )
@@ -346,7 +346,7 @@ def row_counts(database: str, bundle_name: str) -> dict[str, int]:
 
 def seed_dags(database: str, dags: Mapping[str, Sequence[tuple[str, str]]]) -> None:
     """Serialized Dags as Airflow writes them: ``dag_id -> [(task_id, queue), ...]`` stubs."""
-    from taskhandler_operator.devenv.serialized_dags import dag_document, insert_dag, stub_task
+    from taskhandler_devenv.serialized_dags import dag_document, insert_dag, stub_task
 
     engine = sa.create_engine(database)
     try:

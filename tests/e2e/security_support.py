@@ -21,8 +21,8 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.devenv.postgres import PostgresServer
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.postgres import PostgresServer
 from taskhandler_operator.kube import names
 
 #: The mount point of a service-account token; a probe pod must have nothing there.

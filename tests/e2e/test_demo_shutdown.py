@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from taskhandler_operator.devenv.kubecluster.procs import pid_alive, wait_until_gone
-from taskhandler_operator.devenv.postgres import default_base_dir
+from taskhandler_devenv.kubecluster.procs import pid_alive, wait_until_gone
+from taskhandler_devenv.postgres import default_base_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO = REPO_ROOT / "hack" / "demo.py"

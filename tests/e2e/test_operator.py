@@ -20,9 +20,9 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.serialized_dags import dag_document, insert_dag, stub_task
 from taskhandler_operator.db.engine import create_engine
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.devenv.serialized_dags import dag_document, insert_dag, stub_task
 from taskhandler_operator.kube import names
 from taskhandler_operator.records import TaskHandlerArtifactRef
 from taskhandler_operator.scheduler import resolve_task_handlers

@@ -34,7 +34,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
 from tests.e2e.operator_env import (
     Operator,
     StartOperator,

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.devenv.serialized_dags import dag_document, insert_dag, python_task
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.serialized_dags import dag_document, insert_dag, python_task
 from tests.e2e.operator_env import (
     StartOperator,
     apply,

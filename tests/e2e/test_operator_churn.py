@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.devenv.manifests import bundle_manifest
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.manifests import bundle_manifest
 from tests.e2e.operator_env import Operator, git_bundle, start_operator
 from tests.fixtures.sources import GitRepo, HttpServer, make_repo
 

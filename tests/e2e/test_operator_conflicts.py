@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
 from tests.e2e.operator_env import (
     StartOperator,
     apply,

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
 from tests.e2e.operator_env import (
     Operator,
     StartOperator,

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.devenv.kubecluster.procs import free_port
-from taskhandler_operator.devenv.operator_process import request_reconcile
-from taskhandler_operator.devenv.postgres import PostgresServer
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.procs import free_port
+from taskhandler_devenv.operator_process import request_reconcile
+from taskhandler_devenv.postgres import PostgresServer
 from taskhandler_operator.kube import names
 from tests.e2e.faults_support import (
     Replica,

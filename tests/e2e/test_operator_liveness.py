@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
 from tests.e2e.operator_env import OPERATOR_USER, Operator, run_command
 
 pytestmark = [pytest.mark.kube, pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.postgres import PostgresServer
 from taskhandler_operator.cli import main
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.devenv.postgres import PostgresServer
 from taskhandler_operator.kube import names
 from tests.e2e.operator_env import (
     WAIT_SECONDS,

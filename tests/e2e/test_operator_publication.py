@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.devenv.serialized_dags import dag_document, insert_dag, python_task
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.serialized_dags import dag_document, insert_dag, python_task
 from taskhandler_operator.kube import names
 from tests.e2e.operator_env import (
     Operator,

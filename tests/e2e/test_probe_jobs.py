@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.kube import names
 from tests.e2e.operator_env import (
     StartOperator,

@@ -30,9 +30,9 @@ from typing import Any
 
 import pytest
 
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.devenv.manifests import bundle_manifest
-from taskhandler_operator.devenv.postgres import PostgresServer
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.manifests import bundle_manifest
+from taskhandler_devenv.postgres import PostgresServer
 from taskhandler_operator.kube import names
 from tests.e2e.operator_env import (
     Operator,

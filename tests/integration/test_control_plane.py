@@ -26,7 +26,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.client import ApiException
 
-from taskhandler_operator.devenv.kubecluster.bins import (
+from taskhandler_devenv.kubecluster.bins import (
     REPO_ROOT,
     BinaryCacheError,
     K8sBins,
@@ -35,15 +35,15 @@ from taskhandler_operator.devenv.kubecluster.bins import (
     ensure_bins,
     expected_versions,
 )
-from taskhandler_operator.devenv.kubecluster.control_plane import (
+from taskhandler_devenv.kubecluster.control_plane import (
     ControlPlaneError,
     ControlPlaneOptions,
     KubeCluster,
     node_venv_bin,
     start_cluster,
 )
-from taskhandler_operator.devenv.kubecluster.procs import pid_alive, wait_until_gone
-from taskhandler_operator.devenv.kubecluster.waits import wait_for
+from taskhandler_devenv.kubecluster.procs import pid_alive, wait_until_gone
+from taskhandler_devenv.kubecluster.waits import wait_for
 
 pytestmark = pytest.mark.kube
 
@@ -638,7 +638,7 @@ def test_taken_fixed_port_is_a_clear_error_and_stops_what_started() -> None:
 
 
 def test_lost_port_race_is_retried_on_a_new_port(monkeypatch: pytest.MonkeyPatch) -> None:
-    from taskhandler_operator.devenv.kubecluster import control_plane
+    from taskhandler_devenv.kubecluster import control_plane
 
     bins = ensure_bins()
     with socket.socket() as holder:
@@ -687,7 +687,7 @@ def test_lost_port_race_is_retried_when_the_bind_comes_late(
 ) -> None:
     """A loaded machine can take several seconds to reach the bind (the apiserver builds its API
     groups first); the retry must not depend on the loser dying within a fixed few seconds."""
-    from taskhandler_operator.devenv.kubecluster import control_plane
+    from taskhandler_devenv.kubecluster import control_plane
 
     versions = K8sVersions(kubernetes="0", etcd="0", helm="0", bin_dir=tmp_path)
     cluster = KubeCluster(K8sBins(versions), tmp_path, ControlPlaneOptions(readiness_timeout=30))
@@ -728,8 +728,8 @@ def _free_port() -> int:
 # --- robustness ---------------------------------------------------------------------------------
 _ORPHAN_SCRIPT = """
 import json, sys, time
-from taskhandler_operator.devenv.kubecluster.bins import ensure_bins
-from taskhandler_operator.devenv.kubecluster.control_plane import start_cluster
+from taskhandler_devenv.kubecluster.bins import ensure_bins
+from taskhandler_devenv.kubecluster.control_plane import start_cluster
 cluster = start_cluster(ensure_bins())
 print(json.dumps({"pids": cluster.pids, "root": str(cluster.root)}), flush=True)
 time.sleep(600)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from taskhandler_operator.devenv.kubecluster.procs import pid_alive, wait_until_gone
+from taskhandler_devenv.kubecluster.procs import pid_alive, wait_until_gone
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +23,7 @@ PARENT = textwrap.dedent(
     """
     import subprocess, sys, time
     from pathlib import Path
-    from taskhandler_operator.devenv.guardian import Guardian
+    from taskhandler_devenv.guardian import Guardian
 
     folder, release = Path(sys.argv[1]), sys.argv[2] == "release"
     guardian = Guardian()

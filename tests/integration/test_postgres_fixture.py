@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from psycopg import errors as pg_errors
 from psycopg.rows import TupleRow
 
-from taskhandler_operator.devenv.postgres import (
+from taskhandler_devenv.postgres import (
     AIRFLOW_VERSION,
     DIR_PREFIX,
     OWNER_FILE,
@@ -329,7 +329,7 @@ def test_taken_picked_port_is_retried_on_another(
         def picker() -> int:
             return next(ports, 0) or _free_port()
 
-        caplog.set_level(logging.WARNING, logger="taskhandler_operator.devenv.postgres")
+        caplog.set_level(logging.WARNING, logger="taskhandler_devenv.postgres")
         with PostgresServer(base_dir=base_dir, port_picker=picker) as server:
             assert server.port != busy
             with server.connect() as conn:

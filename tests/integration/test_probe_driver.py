@@ -26,15 +26,15 @@ from typing import Any
 import psutil
 import pytest
 
-from taskhandler_operator.cli import main
-from taskhandler_operator.devenv.packers import (
+from taskhandler_devenv.packers import (
     GO_TRAILER,
     hostile_jar,
     write_go_bundle,
     write_jar,
     write_typescript_bundle,
 )
-from taskhandler_operator.devenv.runtimes import JAVA_MAIN_CLASS, LANGUAGES, PID_FILE_ENV
+from taskhandler_devenv.runtimes import JAVA_MAIN_CLASS, LANGUAGES, PID_FILE_ENV
+from taskhandler_operator.cli import main
 from taskhandler_operator.limits import MAX_SUMMARY_BYTES
 from taskhandler_operator.protocol.messages import TaskHandlerParsingResult
 from taskhandler_operator.protocol.process_tree import KillReport, ProcessTracker

@@ -15,7 +15,7 @@ from typing import Any, cast
 import pytest
 from kubernetes import client as k8s_client
 
-from taskhandler_operator.devenv.kubecluster.waits import wait_for
+from taskhandler_devenv.kubecluster.waits import wait_for
 
 pytestmark = pytest.mark.kube
 

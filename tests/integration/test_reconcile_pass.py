@@ -16,11 +16,11 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from taskhandler_devenv.serialized_dags import dag_document, insert_dag, stub_task
 from taskhandler_operator.artifacts.models import Language
 from taskhandler_operator.db.engine import create_engine
 from taskhandler_operator.db.inventory import StubInventory
 from taskhandler_operator.db.migrate import upgrade
-from taskhandler_operator.devenv.serialized_dags import dag_document, insert_dag, stub_task
 from taskhandler_operator.reconcile.errors import OwnershipConflict
 from taskhandler_operator.reconcile.local import LocalFolderSyncer, SubprocessProber
 from taskhandler_operator.reconcile.models import (
@@ -183,8 +183,8 @@ async def _rows(engine: AsyncEngine) -> list[Any]:
 async def test_the_subprocess_prober_reports_a_refused_artifact(tmp_path: Path) -> None:
     """The real driver refuses an artifact whose code no longer matches its layout hash: a
     ProbeFailed with the driver's reason and summary, not an error."""
+    from taskhandler_devenv.packers import write_typescript_bundle
     from taskhandler_operator.artifacts.listing import list_candidates
-    from taskhandler_operator.devenv.packers import write_typescript_bundle
 
     bundle = tmp_path / "bundle"
     artifact = write_typescript_bundle(bundle / "a.min.mjs", b"export const a = 1;\n")

@@ -21,6 +21,7 @@ from benchmarks._operator_env import handler_spec, typescript_artifact
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from taskhandler_devenv.serialized_dags import dag_document, insert_dag, stub_task
 from taskhandler_operator.artifacts.listing import list_candidates
 from taskhandler_operator.artifacts.models import Language
 from taskhandler_operator.controller import runtime
@@ -30,7 +31,6 @@ from taskhandler_operator.db.engine import create_engine
 from taskhandler_operator.db.migrate import upgrade
 from taskhandler_operator.db.tables import BINDING_TABLE
 from taskhandler_operator.db.writer import record_artifacts
-from taskhandler_operator.devenv.serialized_dags import dag_document, insert_dag, stub_task
 from taskhandler_operator.reconcile.local import LocalFolderSyncer
 from taskhandler_operator.reconcile.models import BundleSpec
 from taskhandler_operator.reconcile.steps import PassMemory, PassOutcome, PassPorts, run_pass

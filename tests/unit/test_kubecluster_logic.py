@@ -1,4 +1,4 @@
-"""Pure logic of the process node (taskhandler_operator/devenv/kubecluster): no cluster needed."""
+"""Pure logic of the process node (devenv/taskhandler_devenv/kubecluster): no cluster needed."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from taskhandler_operator.devenv.kubecluster import podspec
-from taskhandler_operator.devenv.kubecluster.control_plane import ToolError
-from taskhandler_operator.devenv.kubecluster.logserver import tail_lines
-from taskhandler_operator.devenv.kubecluster.mounttargets import MountTargets
-from taskhandler_operator.devenv.kubecluster.podspec import (
+from taskhandler_devenv.kubecluster import podspec
+from taskhandler_devenv.kubecluster.control_plane import ToolError
+from taskhandler_devenv.kubecluster.logserver import tail_lines
+from taskhandler_devenv.kubecluster.mounttargets import MountTargets
+from taskhandler_devenv.kubecluster.podspec import (
     ContainerConfigError,
     ImagePullError,
     Mount,
@@ -27,9 +27,9 @@ from taskhandler_operator.devenv.kubecluster.podspec import (
     rewrite_paths,
     run_as,
 )
-from taskhandler_operator.devenv.kubecluster.podstatus import termination_message
-from taskhandler_operator.devenv.kubecluster.volumes import prepare_volumes
-from taskhandler_operator.devenv.scratch import scratch_parent
+from taskhandler_devenv.kubecluster.podstatus import termination_message
+from taskhandler_devenv.kubecluster.volumes import prepare_volumes
+from taskhandler_devenv.scratch import scratch_parent
 
 VENV = Path("/opt/venv/bin")
 POD: dict[str, Any] = {

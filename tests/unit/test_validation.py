@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from taskhandler_devenv.serialized_dags import literal_arg, xcom_arg
 from taskhandler_operator.airflow.arg_bindings import parse_arg_bindings
 from taskhandler_operator.airflow.serialized import DagReadProblem, DagStubs, StubTask
-from taskhandler_operator.devenv.serialized_dags import literal_arg, xcom_arg
 from taskhandler_operator.records import (
     TaskHandlerArtifact,
     TaskHandlerDeclaration,

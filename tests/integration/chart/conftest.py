@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
 from tests.integration.kube.conftest import thb_crd  # noqa: F401 - can-i resolves the CRD
 from tests.unit.chart.values_doc import CHART
 

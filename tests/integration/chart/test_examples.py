@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.kube.spec import TaskHandlerBundleSpec
 
 REPO = Path(__file__).resolve().parents[3]

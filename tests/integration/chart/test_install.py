@@ -20,17 +20,17 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from taskhandler_operator.db.engine import create_engine
-from taskhandler_operator.db.tables import ARTIFACT_TABLE, BINDING_TABLE
-from taskhandler_operator.devenv.chart_install import (
+from taskhandler_devenv.chart_install import (
     CHART,
     HostPorts,
     adopt_crd_commands,
     process_node_values,
 )
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.devenv.kubecluster.procs import free_port
-from taskhandler_operator.devenv.serialized_dags import dag_document, insert_dag, stub_task
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.procs import free_port
+from taskhandler_devenv.serialized_dags import dag_document, insert_dag, stub_task
+from taskhandler_operator.db.engine import create_engine
+from taskhandler_operator.db.tables import ARTIFACT_TABLE, BINDING_TABLE
 from taskhandler_operator.kube import names
 from taskhandler_operator.records import TaskHandlerArtifactRef
 from taskhandler_operator.scheduler import resolve_task_handlers

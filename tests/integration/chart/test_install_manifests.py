@@ -19,10 +19,10 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
+from taskhandler_devenv.kubecluster.bins import ensure_bins
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.procs import free_port
 from taskhandler_operator.db.tables import ARTIFACT_TABLE, BINDING_TABLE
-from taskhandler_operator.devenv.kubecluster.bins import ensure_bins
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.devenv.kubecluster.procs import free_port
 
 pytestmark = [pytest.mark.integration]
 

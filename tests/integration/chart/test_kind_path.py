@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from taskhandler_operator.devenv import orders_cluster
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv import orders_cluster
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
 from tests.integration.chart.conftest import Render
 
 pytestmark = pytest.mark.kube

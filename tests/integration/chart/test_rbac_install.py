@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.devenv.kubecluster.waits import wait_for
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.waits import wait_for
 from tests.integration.chart.conftest import Render
 from tests.integration.kube.test_rbac_apiserver import FORBIDDEN, LEASE, NEEDED, THB
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.controller.metrics import Metrics
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.kube import names
 from tests.integration.chart.conftest import BASE, Render, render_text
 from tests.unit.chart.values_doc import CHART

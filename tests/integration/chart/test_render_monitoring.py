@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
 from tests.fixtures.promtool import promtool
 from tests.integration.chart.conftest import Render, render_text
 from tests.integration.chart.test_render import one

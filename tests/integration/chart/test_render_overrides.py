@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.devenv.kubecluster.waits import wait_for
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.waits import wait_for
 from taskhandler_operator.kube import names
 from tests.integration.chart.conftest import Render, render_text
 from tests.integration.chart.test_render import dry_run, env_of, one

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.artifacts.models import Language
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.kube import names
 from taskhandler_operator.kube.probe_job import (
     BundleIdentity,

@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.devenv.kubecluster.waits import wait_for
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.waits import wait_for
 from taskhandler_operator.kube.rbac import LEADER_ELECTION_RULES, WATCH_RULES, Rule
 from tests.integration.chart.test_rbac_install import (  # noqa: F401 - the fixture
     OPERATOR_SA,

@@ -18,6 +18,8 @@ import pytest
 from kubernetes import client as k8s_client
 from kubernetes.client import ApiClient, Configuration
 
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.procs import free_port
 from taskhandler_operator.controller.kubeapi import (
     ApiRefused,
     ApiUnavailable,
@@ -27,8 +29,6 @@ from taskhandler_operator.controller.kubeapi import (
     NotFound,
     micro_time,
 )
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.devenv.kubecluster.procs import free_port
 from tests.integration.controller.conftest import eventually
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(180)]

@@ -23,10 +23,10 @@ import pytest
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
+from taskhandler_devenv.kubecluster.bins import REPO_ROOT
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.controller.kubeapi import Conflict, KubeApi, micro_time
 from taskhandler_operator.controller.leader import ElectionConfig, LeaderElector, Outcome
-from taskhandler_operator.devenv.kubecluster.bins import REPO_ROOT
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
 from tests.integration.controller import elector_main
 from tests.integration.controller.conftest import eventually
 

@@ -9,9 +9,9 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from taskhandler_devenv.postgres import PostgresServer
 from taskhandler_operator.db.engine import create_engine, create_sync_engine
 from taskhandler_operator.db.migrate import upgrade
-from taskhandler_operator.devenv.postgres import PostgresServer
 from tests.fixtures.airflow_design_b import airflow_creates_binding_tables
 
 

@@ -10,9 +10,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from taskhandler_devenv.serialized_dags import insert_dag
 from taskhandler_operator.db.inventory import StubInventory
 from taskhandler_operator.db.writer import ArtifactRecord, BundlePass, PassResult, write_pass
-from taskhandler_operator.devenv.serialized_dags import insert_dag
 from taskhandler_operator.publication.policy import PublishControl
 from taskhandler_operator.records import (
     BundleOwner,

@@ -14,6 +14,8 @@ from collections.abc import Callable
 import pytest
 import sqlalchemy as sa
 
+from taskhandler_devenv.postgres import PostgresServer
+from taskhandler_devenv.serialized_dags import dag_document, stub_task
 from taskhandler_operator.cli import main
 from taskhandler_operator.db.engine import SchemaMissing, create_engine
 from taskhandler_operator.db.migrate import check, hand_over, upgrade
@@ -23,8 +25,6 @@ from taskhandler_operator.db.tables import (
     BINDING_TABLE,
     ORIGIN_OPERATOR,
 )
-from taskhandler_operator.devenv.postgres import PostgresServer
-from taskhandler_operator.devenv.serialized_dags import dag_document, stub_task
 from tests.fixtures.airflow_design_b import airflow_creates_binding_tables
 from tests.integration.db.helpers import add_dags, artifact, bindings, declaration, reconcile
 

@@ -12,6 +12,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from taskhandler_devenv.postgres import PostgresServer
 from taskhandler_operator.db.engine import (
     ANSWER_MARGIN,
     DatabaseTimeouts,
@@ -20,7 +21,6 @@ from taskhandler_operator.db.engine import (
     create_engine,
     translate_errors,
 )
-from taskhandler_operator.devenv.postgres import PostgresServer
 
 pytestmark = pytest.mark.integration
 

@@ -8,6 +8,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from taskhandler_devenv.serialized_dags import dag_document, stub_task
 from taskhandler_operator.db.claims import (
     BundleClaimed,
     QueueClaimed,
@@ -21,7 +22,6 @@ from taskhandler_operator.db.engine import create_engine
 from taskhandler_operator.db.inventory import StubInventory
 from taskhandler_operator.db.write_models import ArtifactRecord, BundlePass, PassResult
 from taskhandler_operator.db.writer import delete_bundle_rows, write_pass
-from taskhandler_operator.devenv.serialized_dags import dag_document, stub_task
 from taskhandler_operator.records import BundleOwner, TaskHandlerArtifact
 from taskhandler_operator.validation import validate_bundle
 from tests.integration.db.helpers import (

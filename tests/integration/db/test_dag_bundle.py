@@ -17,6 +17,8 @@ import sqlalchemy as sa
 from sqlalchemy import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from taskhandler_devenv.postgres import AirflowCli, PostgresServer
+from taskhandler_devenv.serialized_dags import dag_document, stub_task
 from taskhandler_operator.cli import main
 from taskhandler_operator.db.dag_bundle import (
     DagBundleRecord,
@@ -24,8 +26,6 @@ from taskhandler_operator.db.dag_bundle import (
     dag_bundle_sync_sync,
     read_dag_bundle_sync,
 )
-from taskhandler_operator.devenv.postgres import AirflowCli, PostgresServer
-from taskhandler_operator.devenv.serialized_dags import dag_document, stub_task
 from tests.integration.db.helpers import add_dags, artifact, declaration, reconcile
 
 pytestmark = pytest.mark.integration
@@ -228,7 +228,7 @@ def test_the_demo_registers_a_dag_bundle_as_airflows_dag_processor_does(
     and the operator's check must then answer InSync, not UnknownDagBundle."""
     from datetime import UTC, datetime
 
-    from taskhandler_operator.devenv.orders_example import BUNDLES, register_bundles
+    from taskhandler_devenv.orders_example import BUNDLES, register_bundles
 
     _run_dag_processor(airflow_cli, db_url, tmp_path)
     with sync_engine.begin() as conn:

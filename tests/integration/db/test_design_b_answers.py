@@ -10,11 +10,11 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from taskhandler_devenv.serialized_dags import dag_document, stub_task
 from taskhandler_operator.db.engine import create_engine
 from taskhandler_operator.db.known_artifacts import load_known_artifacts, load_stored_artifacts
 from taskhandler_operator.db.migrate import downgrade, upgrade
 from taskhandler_operator.db.tables import fileloc_hash
-from taskhandler_operator.devenv.serialized_dags import dag_document, stub_task
 from taskhandler_operator.records import TaskHandlerDeclaration, TaskHandlerParam
 from tests.integration.db.helpers import add_dags, artifact, bindings, reconcile
 

@@ -13,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from taskhandler_devenv.serialized_dags import dag_document, stub_task
 from taskhandler_operator.db.fence import Fence, FencedOut, LeaderTerm, read_term
 from taskhandler_operator.db.inventory import StubInventory
 from taskhandler_operator.db.write_models import ArtifactRecord, BundlePass, PassResult
@@ -22,7 +23,6 @@ from taskhandler_operator.db.writer import (
     write_pass,
     write_pass_in,
 )
-from taskhandler_operator.devenv.serialized_dags import dag_document, stub_task
 from taskhandler_operator.records import TaskHandlerArtifact
 from taskhandler_operator.validation import validate_bundle
 from tests.integration.db.helpers import (

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from taskhandler_devenv.serialized_dags import dag_document, stub_task
 from taskhandler_operator.cli import main
 from taskhandler_operator.db.handover import HandoverPending, HandoverRefused
 from taskhandler_operator.db.migrate import (
@@ -30,7 +31,6 @@ from taskhandler_operator.db.tables import (
     ORIGIN_AIRFLOW,
 )
 from taskhandler_operator.db.writer import bundle_lock_key
-from taskhandler_operator.devenv.serialized_dags import dag_document, stub_task
 from taskhandler_operator.records import TaskHandlerArtifactRef
 from taskhandler_operator.scheduler import (
     TaskKey,

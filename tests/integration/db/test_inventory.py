@@ -12,9 +12,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from taskhandler_operator.airflow.serialized import DagReadProblem
-from taskhandler_operator.db.inventory import StubInventory
-from taskhandler_operator.devenv.serialized_dags import (
+from taskhandler_devenv.serialized_dags import (
     add_stub_fields,
     dag_document,
     delete_dag,
@@ -25,6 +23,8 @@ from taskhandler_operator.devenv.serialized_dags import (
     stub_task,
     xcom_arg,
 )
+from taskhandler_operator.airflow.serialized import DagReadProblem
+from taskhandler_operator.db.inventory import StubInventory
 from tests.integration.db.helpers import add_dags
 
 pytestmark = pytest.mark.integration

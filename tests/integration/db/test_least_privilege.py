@@ -17,6 +17,8 @@ import sqlalchemy.exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from taskhandler_devenv.postgres import PostgresServer
+from taskhandler_devenv.serialized_dags import dag_document, stub_task
 from taskhandler_operator.cli import main
 from taskhandler_operator.db.dag_bundle import dag_bundle_sync
 from taskhandler_operator.db.engine import create_engine, create_sync_engine
@@ -28,8 +30,6 @@ from taskhandler_operator.db.writer import (
     delete_bundle_rows,
     record_artifacts,
 )
-from taskhandler_operator.devenv.postgres import PostgresServer
-from taskhandler_operator.devenv.serialized_dags import dag_document, stub_task
 from taskhandler_operator.scheduler import explain_unbound, resolve_task_handlers
 from tests.fixtures.airflow_design_b import airflow_creates_binding_tables
 from tests.integration.db.helpers import (

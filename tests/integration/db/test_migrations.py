@@ -10,6 +10,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import inspect
 
+from taskhandler_devenv.postgres import PostgresServer
 from taskhandler_operator.cli import main
 from taskhandler_operator.db.migrate import (
     AirflowSchemaMissing,
@@ -29,7 +30,6 @@ from taskhandler_operator.db.tables import (
     binding_table,
     metadata,
 )
-from taskhandler_operator.devenv.postgres import PostgresServer
 
 pytestmark = pytest.mark.integration
 

@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from taskhandler_devenv.serialized_dags import dag_document, stub_task
 from taskhandler_operator.db.publications import (
     list_publications,
     load_publication,
     pending_change,
 )
-from taskhandler_operator.devenv.serialized_dags import dag_document, stub_task
 from taskhandler_operator.publication.policy import PublishControl, PublishPolicy
 from tests.integration.db.helpers import (
     add_dags,

@@ -9,8 +9,8 @@ from sqlalchemy import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import Session
 
+from taskhandler_devenv.serialized_dags import dag_document, stub_task
 from taskhandler_operator.db.engine import DatabaseUnavailable, create_engine
-from taskhandler_operator.devenv.serialized_dags import dag_document, stub_task
 from taskhandler_operator.records import BundleInfo, TaskHandlerArtifactRef
 from taskhandler_operator.scheduler import (
     attach_task_handlers,

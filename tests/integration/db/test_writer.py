@@ -11,6 +11,15 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from taskhandler_devenv.serialized_dags import (
+    dag_document,
+    delete_dag,
+    insert_dag,
+    literal_arg,
+    move_dag,
+    stub_task,
+    xcom_arg,
+)
 from taskhandler_operator.db.engine import DatabaseUnavailable
 from taskhandler_operator.db.inventory import StubInventory
 from taskhandler_operator.db.tables import fileloc_hash
@@ -20,15 +29,6 @@ from taskhandler_operator.db.writer import (
     delete_bundle_rows,
     write_pass,
     write_pass_in,
-)
-from taskhandler_operator.devenv.serialized_dags import (
-    dag_document,
-    delete_dag,
-    insert_dag,
-    literal_arg,
-    move_dag,
-    stub_task,
-    xcom_arg,
 )
 from taskhandler_operator.records import BundleProblem
 from taskhandler_operator.validation import DagVerdict

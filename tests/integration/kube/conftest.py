@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from taskhandler_operator.devenv.kubecluster.bins import REPO_ROOT
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.bins import REPO_ROOT
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.kube import names
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_operator.kube.conditions import set_condition, summarize
 from taskhandler_operator.kube.spec import TaskHandlerBundleSpec
 from taskhandler_operator.kube.status import (

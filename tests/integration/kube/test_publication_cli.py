@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.procs import free_port
+from taskhandler_devenv.manifests import bundle_manifest
+from taskhandler_devenv.serialized_dags import dag_document, stub_task
 from taskhandler_operator.cli import main
 from taskhandler_operator.db.engine import create_engine
 from taskhandler_operator.db.migrate import upgrade
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.devenv.kubecluster.procs import free_port
-from taskhandler_operator.devenv.manifests import bundle_manifest
-from taskhandler_operator.devenv.serialized_dags import dag_document, stub_task
 from taskhandler_operator.kube import names
 from taskhandler_operator.publication.policy import PublishControl, PublishPolicy
 from tests.integration.db.helpers import add_dags, artifact, declaration, reconcile

@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 import pytest
 
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.kubecluster.waits import wait_for
 from taskhandler_operator.artifacts.models import Language
-from taskhandler_operator.devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_operator.devenv.kubecluster.waits import wait_for
 from taskhandler_operator.kube.probe_job import (
     BundleIdentity,
     FetchFile,

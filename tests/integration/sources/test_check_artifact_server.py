@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from taskhandler_operator.devenv.kubecluster.procs import free_port
+from taskhandler_devenv.kubecluster.procs import free_port
 from taskhandler_operator.sources.server import ArtifactServer
 from taskhandler_operator.sources.store import RevisionStore
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from taskhandler_devenv import orders_cluster
+from taskhandler_devenv.git_server import GitCommandError
+from taskhandler_devenv.kubecluster.procs import free_port
+from taskhandler_devenv.packers import write_typescript_bundle
 from taskhandler_operator.cli import main
-from taskhandler_operator.devenv import orders_cluster
-from taskhandler_operator.devenv.git_server import GitCommandError
-from taskhandler_operator.devenv.kubecluster.procs import free_port
-from taskhandler_operator.devenv.packers import write_typescript_bundle
 
 pytestmark = pytest.mark.integration
 

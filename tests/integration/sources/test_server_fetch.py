@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry
 
-from taskhandler_operator.devenv.kubecluster.procs import free_port
+from taskhandler_devenv.kubecluster.procs import free_port
 from taskhandler_operator.sources import signing
 from taskhandler_operator.sources.models import Revision
 from taskhandler_operator.sources.paths import UnsafePath

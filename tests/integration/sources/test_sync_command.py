@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from taskhandler_devenv.packers import write_typescript_bundle
 from taskhandler_operator.cli import main
-from taskhandler_operator.devenv.packers import write_typescript_bundle
 from tests.fixtures.sources import PLANTED_TOKEN, HttpServer
 
 pytestmark = pytest.mark.integration

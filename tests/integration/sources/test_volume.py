@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from taskhandler_operator.devenv.packers import write_typescript_bundle
+from taskhandler_devenv.packers import write_typescript_bundle
 from taskhandler_operator.sources.errors import ArchiveRefused, NotFound
 from taskhandler_operator.sources.store import RevisionStore
 from tests.integration.sources.conftest import NAMESPACE, fingerprint, read_tree, sync_source

@@ -9,18 +9,18 @@ from typing import Any
 
 import pytest
 
-from taskhandler_operator.airflow.serialized import (
-    DagReadProblem,
-    DocumentError,
-    decode_document,
-    read_stubs,
-)
-from taskhandler_operator.devenv.serialized_dags import (
+from taskhandler_devenv.serialized_dags import (
     dag_document,
     literal_arg,
     python_task,
     stub_task,
     xcom_arg,
+)
+from taskhandler_operator.airflow.serialized import (
+    DagReadProblem,
+    DocumentError,
+    decode_document,
+    read_stubs,
 )
 
 NOT_JSON = (

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from taskhandler_devenv.packers import write_go_bundle, write_jar, write_typescript_bundle
 from taskhandler_operator.cli import main
-from taskhandler_operator.devenv.packers import write_go_bundle, write_jar, write_typescript_bundle
 from tests.unit.artifacts.helpers import flip
 
 BINARY = b"\x7fELF" + b"\x01" * 100

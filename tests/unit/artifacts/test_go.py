@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from taskhandler_operator.artifacts import go
-from taskhandler_operator.artifacts.models import Candidate, Language
-from taskhandler_operator.artifacts.verify import ArtifactVerificationError, verify_artifact
-from taskhandler_operator.devenv.packers import (
+from taskhandler_devenv.packers import (
     GO_TRAILER,
     go_cache_digest,
     pack_go_bundle,
     write_go_bundle,
 )
+from taskhandler_operator.artifacts import go
+from taskhandler_operator.artifacts.models import Candidate, Language
+from taskhandler_operator.artifacts.verify import ArtifactVerificationError, verify_artifact
 from taskhandler_operator.limits import GO_MAX_METADATA_BYTES
 from tests.unit.artifacts.helpers import flip, read_with
 
@@ -459,8 +459,8 @@ def test_a_file_changing_during_verification_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, language: Language
 ) -> None:
     # Unit test of the final identity check only; a real race cannot be timed reliably.
+    from taskhandler_devenv.packers import write_jar, write_typescript_bundle
     from taskhandler_operator.artifacts.models import OpenFile
-    from taskhandler_operator.devenv.packers import write_jar, write_typescript_bundle
 
     if language is Language.GO:
         path = write_go_bundle(tmp_path / "a", BINARY)

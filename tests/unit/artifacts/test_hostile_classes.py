@@ -17,6 +17,16 @@ from pathlib import Path
 
 import pytest
 
+from taskhandler_devenv.packers import (
+    GO_FOOTER_MAGIC,
+    GO_TRAILER,
+    hostile_jar,
+    pack_go_bundle,
+    pack_go_bundle_raw,
+    write_go_bundle,
+    write_jar,
+    write_typescript_bundle,
+)
 from taskhandler_operator.artifacts import go, java, listing
 from taskhandler_operator.artifacts.listing import list_candidates
 from taskhandler_operator.artifacts.models import (
@@ -28,16 +38,6 @@ from taskhandler_operator.artifacts.models import (
 )
 from taskhandler_operator.artifacts.verify import verify_artifact
 from taskhandler_operator.cli import main
-from taskhandler_operator.devenv.packers import (
-    GO_FOOTER_MAGIC,
-    GO_TRAILER,
-    hostile_jar,
-    pack_go_bundle,
-    pack_go_bundle_raw,
-    write_go_bundle,
-    write_jar,
-    write_typescript_bundle,
-)
 from tests.unit.artifacts.helpers import read_with
 
 pytestmark = pytest.mark.timeout(120)

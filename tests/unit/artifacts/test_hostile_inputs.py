@@ -19,17 +19,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from taskhandler_operator.artifacts import go, java, typescript
-from taskhandler_operator.artifacts.listing import READERS, list_candidates
-from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile
-from taskhandler_operator.artifacts.verify import ArtifactVerificationError, verify_artifact
-from taskhandler_operator.devenv.packers import (
+from taskhandler_devenv.packers import (
     GO_TRAILER,
     pack_go_bundle,
     pack_typescript_bundle,
     render_manifest,
     write_jar,
 )
+from taskhandler_operator.artifacts import go, java, typescript
+from taskhandler_operator.artifacts.listing import READERS, list_candidates
+from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile
+from taskhandler_operator.artifacts.verify import ArtifactVerificationError, verify_artifact
 from taskhandler_operator.limits import JAVA_MAX_MANIFEST_BYTES
 
 pytestmark = pytest.mark.timeout(240)

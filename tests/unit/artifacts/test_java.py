@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from taskhandler_operator.artifacts import java
-from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile
-from taskhandler_operator.artifacts.verify import ArtifactVerificationError, verify_artifact
-from taskhandler_operator.devenv.packers import (
+from taskhandler_devenv.packers import (
     ZipEntry,
     build_zip,
     fold_manifest_line,
     render_manifest,
     write_jar,
 )
+from taskhandler_operator.artifacts import java
+from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile
+from taskhandler_operator.artifacts.verify import ArtifactVerificationError, verify_artifact
 from taskhandler_operator.limits import JAVA_MAX_MANIFEST_BYTES
 from tests.unit.artifacts.helpers import flip, read_with
 

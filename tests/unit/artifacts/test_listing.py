@@ -11,6 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from taskhandler_devenv.packers import (
+    GO_TRAILER,
+    write_go_bundle,
+    write_jar,
+    write_typescript_bundle,
+)
 from taskhandler_operator.artifacts import go, listing
 from taskhandler_operator.artifacts.listing import (
     BundleRootError,
@@ -23,12 +29,6 @@ from taskhandler_operator.artifacts.listing import (
     walk_files,
 )
 from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile
-from taskhandler_operator.devenv.packers import (
-    GO_TRAILER,
-    write_go_bundle,
-    write_jar,
-    write_typescript_bundle,
-)
 
 BINARY = b"\x7fELF" + b"\x00" * 60
 HANDLER = {

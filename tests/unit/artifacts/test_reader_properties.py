@@ -29,15 +29,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from taskhandler_operator.artifacts.listing import READERS, list_candidates
-from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile
-from taskhandler_operator.artifacts.verify import ArtifactVerificationError, verify_artifact
-from taskhandler_operator.devenv.packers import (
+from taskhandler_devenv.packers import (
     GO_FOOTER_MAGIC,
     GO_TRAILER,
     hostile_jar,
     render_manifest,
 )
+from taskhandler_operator.artifacts.listing import READERS, list_candidates
+from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile
+from taskhandler_operator.artifacts.verify import ArtifactVerificationError, verify_artifact
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from taskhandler_operator.artifacts import typescript
-from taskhandler_operator.artifacts.listing import list_candidates
-from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile
-from taskhandler_operator.artifacts.verify import ArtifactVerificationError, verify_artifact
-from taskhandler_operator.devenv.packers import (
+from taskhandler_devenv.packers import (
     escape_ts_source,
     pack_typescript_bundle,
     write_typescript_bundle,
 )
+from taskhandler_operator.artifacts import typescript
+from taskhandler_operator.artifacts.listing import list_candidates
+from taskhandler_operator.artifacts.models import Candidate, Language, OpenFile
+from taskhandler_operator.artifacts.verify import ArtifactVerificationError, verify_artifact
 from tests.unit.artifacts.helpers import flip, read_with
 
 CODE = b'export function main(){return "hello"}\n'

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from taskhandler_operator.devenv.chart_install import (
+from taskhandler_devenv.chart_install import (
     HostPorts,
     adopt_crd_commands,
     process_node_values,

@@ -10,7 +10,7 @@ import textwrap
 CHILD = textwrap.dedent(
     """
     import logging, sys, time
-    from taskhandler_operator.devenv import console
+    from taskhandler_devenv import console
     time.sleep(0.5)  # the reader is gone by now
     for n in range(2000):
         console.emit(f"line {n} " + "x" * 100)

@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from taskhandler_operator.devenv import orders_cluster
-from taskhandler_operator.devenv.orders_example import BUNDLES
+from taskhandler_devenv import orders_cluster
+from taskhandler_devenv.orders_example import BUNDLES
 from taskhandler_operator.kube.spec import TaskHandlerBundleSpec
 
 REPO = Path(__file__).resolve().parents[3]

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from taskhandler_operator.devenv.kubecluster.podstatus import (
+from taskhandler_devenv.kubecluster.podstatus import (
     Conditions,
     ContainerRecord,
     pod_conditions,
 )
-from taskhandler_operator.devenv.kubecluster.probeexec import resolve_port, run_probe
-from taskhandler_operator.devenv.kubecluster.probes import (
+from taskhandler_devenv.kubecluster.probeexec import resolve_port, run_probe
+from taskhandler_devenv.kubecluster.probes import (
     LIVENESS,
     READINESS,
     STARTUP,

@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
+from taskhandler_devenv.packers import write_typescript_bundle
 from taskhandler_operator.airflow.serialized import DagStubs, StubTask
 from taskhandler_operator.artifacts.models import Language
 from taskhandler_operator.db.claims import BundleClaimed
 from taskhandler_operator.db.engine import DatabaseUnavailable
 from taskhandler_operator.db.fence import FencedOut
 from taskhandler_operator.db.write_models import BundlePass, PassResult
-from taskhandler_operator.devenv.packers import write_typescript_bundle
 from taskhandler_operator.protocol.messages import TaskHandlerParsingResult
 from taskhandler_operator.reconcile.errors import (
     DatabaseFailed,

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from taskhandler_devenv.packers import write_typescript_bundle
 from taskhandler_operator.airflow.serialized import DagStubs, StubTask
 from taskhandler_operator.controller.bundle import BundleMemory
 from taskhandler_operator.controller.report import Observation, bundle_status, previous_status
 from taskhandler_operator.db.engine import DatabaseUnavailable
 from taskhandler_operator.db.watermark import RowsWatermark
 from taskhandler_operator.db.write_models import BundlePass, PassResult
-from taskhandler_operator.devenv.packers import write_typescript_bundle
 from taskhandler_operator.reconcile.errors import DatabaseFailed, SourceFailed
 from taskhandler_operator.reconcile.local import LocalFolderSyncer
 from taskhandler_operator.reconcile.models import BundleSpec, SyncedRevision

@@ -16,8 +16,8 @@ from typing import Any, Final
 
 from sqlalchemy import Connection
 
+from taskhandler_devenv.serialized_dags import literal_arg, register_dag_bundle, xcom_arg
 from taskhandler_operator.artifacts.models import Language
-from taskhandler_operator.devenv.serialized_dags import literal_arg, register_dag_bundle, xcom_arg
 
 DAG_ID: Final = "orders_etl"
 DAG_FILE: Final = "orders_etl.py"

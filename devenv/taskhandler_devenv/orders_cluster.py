@@ -13,8 +13,8 @@ Also here, shared by both paths: the Dag's seeding (:func:`seed_orders_dag`: ``a
 migrate``, ``airflow dags reserialize`` of ``orders_etl``, the stub fields) and the push of the
 three built test runtimes (:func:`push_bundles`). As a command, for the kind path::
 
-    python -m taskhandler_operator.devenv.orders_cluster seed --database-url URL
-    THOP_GIT_PASSWORD=... python -m taskhandler_operator.devenv.orders_cluster push --url URL
+    python -m taskhandler_devenv.orders_cluster seed --database-url URL
+    THOP_GIT_PASSWORD=... python -m taskhandler_devenv.orders_cluster push --url URL
 """
 
 from __future__ import annotations
@@ -35,9 +35,8 @@ from typing import Any, Final
 
 import yaml
 
-from taskhandler_operator.db.engine import create_sync_engine
-from taskhandler_operator.devenv.git_server import GIT, GIT_IDENTITY, GitCommandError, run_git
-from taskhandler_operator.devenv.orders_example import (
+from taskhandler_devenv.git_server import GIT, GIT_IDENTITY, GitCommandError, run_git
+from taskhandler_devenv.orders_example import (
     BUNDLES,
     DAG_FILE,
     DAG_ID,
@@ -45,18 +44,19 @@ from taskhandler_operator.devenv.orders_example import (
     STUB_ARGUMENTS,
     register_bundles,
 )
-from taskhandler_operator.devenv.postgres import (
+from taskhandler_devenv.postgres import (
     AIRFLOW_VERSION,
     AirflowCli,
     airflow_venv_path,
     reserialize_dags,
 )
-from taskhandler_operator.devenv.serialized_dags import add_stub_fields
+from taskhandler_devenv.serialized_dags import add_stub_fields
+from taskhandler_operator.db.engine import create_sync_engine
 from taskhandler_operator.kube import names
 
 Obj = dict[str, Any]
 
-MANIFESTS: Final = Path(__file__).resolve().parents[3] / "hack" / "kind" / "examples"
+MANIFESTS: Final = Path(__file__).resolve().parents[2] / "hack" / "kind" / "examples"
 NAMESPACE: Final = "thop-demo"
 GIT_SECRET: Final = "git-auth"  # noqa: S105 - a Secret's name
 GIT_USER: Final = "demo"
@@ -121,7 +121,7 @@ def bundle_files(artifacts: Mapping[str, bytes]) -> dict[str, bytes]:
 
 def build_artifacts(report: Callable[[str], None] = print) -> dict[str, bytes]:
     """The three test runtimes with the example's handlers (built with go, javac and node)."""
-    from taskhandler_operator.devenv.runtimes import build_runtime
+    from taskhandler_devenv.runtimes import build_runtime
 
     artifacts = {}
     for bundle in BUNDLES:
@@ -205,7 +205,7 @@ def seed_orders_dag(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m taskhandler_operator.devenv.orders_cluster")
+    parser = argparse.ArgumentParser(prog="python -m taskhandler_devenv.orders_cluster")
     commands = parser.add_subparsers(dest="command", required=True)
     seed = commands.add_parser("seed", help="Airflow's schema and the Dag orders_etl")
     seed.add_argument("--database-url", required=True, help="SQLAlchemy URL (psycopg)")

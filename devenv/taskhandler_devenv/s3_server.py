@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from taskhandler_operator.devenv.git_server import SourceServerError, wait_for_port
-from taskhandler_operator.devenv.kubecluster.bins import REPO_ROOT
-from taskhandler_operator.devenv.kubecluster.procs import ManagedProcess, free_port
+from taskhandler_devenv.git_server import SourceServerError, wait_for_port
+from taskhandler_devenv.kubecluster.bins import REPO_ROOT
+from taskhandler_devenv.kubecluster.procs import ManagedProcess, free_port
 
 VERSITYGW_SCRIPT: Final = REPO_ROOT / "hack" / "build-versitygw.sh"
 #: The root credentials the server is started with; the secret is a distinctive string so the

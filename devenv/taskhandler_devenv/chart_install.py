@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-CHART: Final = Path(__file__).resolve().parents[3] / "charts" / "taskhandler-operator"
+CHART: Final = Path(__file__).resolve().parents[2] / "charts" / "taskhandler-operator"
 IMAGE_REPOSITORY: Final = "registry.local/taskhandler-operator"
 IMAGE_TAG: Final = "dev"
 PROBE_IMAGES: Final = {

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-from taskhandler_operator.devenv.kubecluster.procs import ManagedProcess
+from taskhandler_devenv.kubecluster.procs import ManagedProcess
 
 START_TIMEOUT: Final = 20.0
 GIT: Final = "/usr/bin/git"
@@ -101,7 +101,7 @@ def start_http_server(root: Path, auth: Mapping[str, str] | None) -> HttpServer:
     argv = [
         sys.executable,
         "-m",
-        "taskhandler_operator.devenv.http_server",
+        "taskhandler_devenv.http_server",
         "--root",
         str(root),
         "--port-file",
