@@ -171,14 +171,17 @@ def test_server_side_apply_install_yaml(kube_cluster: KubeCluster, pg_url: str) 
         )  # fmt: skip
         # The committed file as it is, as a user applies it (a server-side dry run: its ports
         # are not free host ports on the process node).
+        # The session's CRD was installed by a Helm release of another test, as a cluster moving
+        # from the chart to these manifests has it: its fields belong to the manager "helm", so
+        # the apply takes them over (--force-conflicts, as docs/install.md says).
         dry = kubectl(
-            "apply", "--server-side", "--dry-run=server", "-f", str(DEPLOY / "install.yaml"),
-            check=False,
+            "apply", "--server-side", "--force-conflicts", "--dry-run=server",
+            "-f", str(DEPLOY / "install.yaml"), check=False,
         )  # fmt: skip
         assert dry.returncode == 0, dry.stderr
         crd = [o for k, o in install.items() if k[1] == "CustomResourceDefinition"]
         applied = kubectl(
-            "apply", "--server-side", "-f", "-",
+            "apply", "--server-side", "--force-conflicts", "-f", "-",
             input=json.dumps({"apiVersion": "v1", "kind": "List", "items": crd + ours}),
             check=False,
         )  # fmt: skip
