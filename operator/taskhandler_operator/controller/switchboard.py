@@ -37,6 +37,7 @@ import aiohttp
 import kopf
 
 from taskhandler_operator.controller.bundle import BundleInputs, delete_bundle, run_bundle
+from taskhandler_operator.controller.holds import run_held
 from taskhandler_operator.controller.runtime import OperatorRuntime
 from taskhandler_operator.db.engine import DatabaseError
 from taskhandler_operator.kube import names
@@ -187,8 +188,15 @@ def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
         cancellation_timeout=config.daemon_stop_seconds,
     )
     async def reconcile(body: kopf.Body, stopped: kopf.DaemonStopped, **_: Any) -> None:
+        namespace, name = body.metadata.namespace or "", body.metadata.name or ""
+        hold = runtime.holds.take(namespace, name)
         # kopf's live view; each pass copies only what it reads (BundleInputs.from_body).
-        await run_bundle(lambda: body, runtime, stopped.is_set)
+        await run_held(runtime.holds, hold, run_bundle(lambda: body, runtime, stopped.is_set))
+        if hold.released.is_set() and not runtime.holds.holds(namespace, name):
+            # Handed over to another shard: its series and Event memory go with it. Its
+            # revisions stay: a probe Job the new holder adopts may still download from here.
+            runtime.metrics.remove_bundle(namespace, name)
+            runtime.kube.forget_events(namespace, name)
 
     @kopf.on.create(*bundles, registry=registry, id="wake-create")
     @kopf.on.update(*bundles, registry=registry, id="wake-update")
@@ -202,7 +210,17 @@ def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
         # a claimant stalled on its claim may now take it over: let them look now.
         if event.get("type") == "DELETED":
             meta = (event.get("object") or {}).get("metadata") or {}
-            runtime.wakeups.wake_all(f"{meta.get('namespace')}/{meta.get('name')} is gone")
+            namespace, name = meta.get("namespace") or "", meta.get("name") or ""
+            # Gone from this shard's watch: deleted, or relabelled to another shard. kopf stops
+            # the daemon of a deleted bundle only (controller/holds.py): stop a moved one here.
+            if runtime.holds.release(namespace, name):
+                log.info(
+                    "TaskHandlerBundle %s/%s left shard %s (deleted, or now another shard's)",
+                    namespace,
+                    name,
+                    runtime.settings.shard_name,
+                )
+            runtime.wakeups.wake_all(f"{namespace}/{name} is gone")
 
     @kopf.on.event(
         "batch", "v1", "jobs", registry=registry, labels={names.LABEL_MANAGED_BY: names.MANAGER}
@@ -216,12 +234,16 @@ def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
         if runtime.signals.changed(namespace, name):
             return
         owner = meta.get("labels", {}).get(names.LABEL_BUNDLE)
+        if not owner or not runtime.holds.holds(namespace, owner):
+            # Every shard sees every probe Job (they are not filtered by shard): only the
+            # shard holding the bundle counts its slots and wakes it.
+            return
         finished = _finished(job)
-        if owner and (finished or event.get("type") == "DELETED"):
+        if finished or event.get("type") == "DELETED":
             # A Job no pass waits for (adopted after a restart, or left running by an earlier
             # pass) gives back the slot the pass's JobSlots.observe counted for it.
             runtime.slots.release((namespace, owner), name)
-        if owner and finished:
+        if finished:
             runtime.wakeups.wake(namespace, owner, f"probe Job {name} finished")
 
     @kopf.on.delete(*bundles, registry=registry, id="deletion-policy")
