@@ -3,7 +3,9 @@ Jobs): the default shard and shard ``b`` (a leader and a standby), each with its
 artifact server; every bundle reconciled by its own shard only; a bundle relabelled from the
 default shard to ``b`` while its probe Job runs is handed over with the Job adopted (never made
 twice) and its binding rows present throughout; ``b``'s leader SIGKILLed, its standby takes the
-``b`` Lease and goes on while the default shard is left alone (docs/operator.md, "Shards").
+``b`` Lease and goes on while the default shard is left alone; a bundle of ``b`` serving the
+default shard's bundle's queue stalls on the claim as it would in one shard (docs/operator.md,
+"Shards").
 
 Passes are counted per bundle from each process's ``/metrics``
 (``taskhandler_operator_reconcile_duration_seconds_count``); the bundles pass every 5 s.
@@ -206,16 +208,34 @@ def test_two_shards_a_relabel_mid_probe_and_a_killed_shard_leader(
             artifact("stay-b"),
             artifact("mover"),
         )
+        # The rival, in shard b, serves the default shard's bundle's queue: claims are in the
+        # database, so it gets the conflict it would get in the same shard.
+        rival = manifest("rival", *stay_default, "b")
+        rival["spec"]["queues"] = ["stay-default"]
         for obj in (
             manifest("stay-default", *stay_default, None),
             manifest("stay-b", *stay_b, "b"),
             manifest("mover", *mover_fast, None),
+            rival,
         ):
             cluster.kubectl("apply", "-f", "-", input=json.dumps(obj))
         ready(cluster, ns, "stay-default", stay_default[1], default)
         ready(cluster, ns, "stay-b", stay_b[1], b_leader)
         ready(cluster, ns, "mover", mover_fast[1], default)
         assert set(bindings(database, "mover")) == {(DAGS["mover"], TASK)}
+        stalled = wait_for(
+            "the rival stalled on the queue's claim",
+            lambda: (
+                (c := condition(thb(cluster, ns, "rival"), "Stalled")).get("reason")
+                == "QueueConflict"
+                and c
+            ),
+            120,
+            more=more,
+        )
+        assert "stay-default" in stalled["message"], stalled
+        assert set(bindings(database, "stay-default")) == {(DAGS["stay-default"], TASK)}
+        assert bindings(database, "rival") == {}
 
         # Every bundle is reconciled by its own shard only; the standby reconciles nothing.
         wait_for(
@@ -228,7 +248,7 @@ def test_two_shards_a_relabel_mid_probe_and_a_killed_shard_leader(
             more=more,
         )
         assert set(passes(default)) == {"stay-default", "mover"}
-        assert set(passes(b_leader)) == {"stay-b"}
+        assert set(passes(b_leader)) == {"stay-b", "rival"}
         assert passes(b_standby) == {}
 
         # A new revision of the mover whose probe answers after 15 s; relabel it to shard b
@@ -252,7 +272,11 @@ def test_two_shards_a_relabel_mid_probe_and_a_killed_shard_leader(
         # The Job was adopted: each probe Job name was created once (one uid), the mover had
         # two Jobs (one per revision), and b's leader says it adopted the running one.
         seen = [(o["metadata"]["name"], o["metadata"]["uid"]) for o in jobs.objects()]
-        assert len({name for name, _ in seen}) == len(seen) == 4, seen
+        assert len({name for name, _ in seen}) == len(seen), seen
+        movers = [
+            o for o in jobs.objects() if o["metadata"]["labels"][names.LABEL_BUNDLE] == "mover"
+        ]
+        assert len(movers) == 2, seen
         assert f"probe Job {in_flight} adopted" in b_leader.text(), b_leader.tail()
         # The default shard let go of the mover: its series is gone and never comes back,
         # while b passes it.
@@ -271,7 +295,9 @@ def test_two_shards_a_relabel_mid_probe_and_a_killed_shard_leader(
         b_leader.kill()
         took = wait_for(
             "the standby takes the b Lease",
-            lambda: min(passes(b_standby).get(name, 0) for name in ("mover", "stay-b")) >= 1,
+            lambda: (
+                min(passes(b_standby).get(name, 0) for name in ("mover", "stay-b", "rival")) >= 1
+            ),
             90,
             more=more,
         )
@@ -283,6 +309,8 @@ def test_two_shards_a_relabel_mid_probe_and_a_killed_shard_leader(
         assert set(passes(default)) == {"stay-default"}
         for bundle in DAGS:
             assert condition(thb(cluster, ns, bundle), "Ready").get("status") == "True", bundle
-        assert len(jobs.objects()) == 4, [o["metadata"]["name"] for o in jobs.objects()]
+        assert condition(thb(cluster, ns, "rival"), "Stalled").get("reason") == "QueueConflict"
+        # No Job was made again by the new leader of b.
+        assert [o["metadata"]["uid"] for o in jobs.objects()] == [uid for _, uid in seen]
     finally:
         jobs.stop()
