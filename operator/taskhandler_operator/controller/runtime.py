@@ -34,6 +34,7 @@ from taskhandler_operator.controller.health import (
     PassWatch,
     tick,
 )
+from taskhandler_operator.controller.holds import Holds
 from taskhandler_operator.controller.kubeapi import KubeApi
 from taskhandler_operator.controller.logs import Redactor
 from taskhandler_operator.controller.metrics import Metrics
@@ -207,6 +208,7 @@ class OperatorRuntime:
     """Armed while leading; each bundle daemon marks its passes with ``busy``."""
     fence: Fence
     volumes: VolumeAccess = field(default_factory=VolumeAccess)
+    holds: Holds = field(default_factory=Holds)
 
     @property
     def runtime_images(self) -> dict[Language, str]:
@@ -237,7 +239,7 @@ class OperatorRuntime:
                 "THOP_DATABASE_URL_FILE (--database-url-file)"
             )
         redactor = redactor or Redactor()
-        metrics = metrics or Metrics()
+        metrics = metrics or Metrics(shard=settings.shard_name)
         health = health or HealthState()
         wakeups = Wakeups()
         signals = JobSignals()
@@ -347,6 +349,7 @@ def _track(runtime: OperatorRuntime) -> None:
     goes back to the live bundles' count when bundles are deleted (tests/e2e check it)."""
     metrics, revisions = runtime.metrics, runtime.revisions
     metrics.track("wakeups", lambda: len(runtime.wakeups))
+    metrics.track("holds", lambda: len(runtime.holds))
     metrics.track("probe_slots", lambda: runtime.slots.in_use)
     metrics.track("probe_slot_bundles", lambda: runtime.slots.bundles)
     metrics.track("job_signals", lambda: len(runtime.signals))

@@ -1,7 +1,8 @@
 """The kopf handlers: the only module that imports kopf. Each is a guard and one call.
 
 * ``startup``: kopf's settings (standalone, no scanning, our finalizer and annotation prefix,
-  watch timeouts, Event reporting component, server-side label selector on Jobs).
+  watch timeouts, Event reporting component, server-side label selectors: bundles of this
+  shard only, probe Jobs and pods of every shard).
 * ``login``: explicit kubeconfig or service-account login (never kopf's piggy-backing); the
   service-account login talks to ``$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT`` like
   client-go's in-cluster config, not kopf's fixed ``kubernetes.default.svc`` (which needs
@@ -36,12 +37,19 @@ import aiohttp
 import kopf
 
 from taskhandler_operator.controller.bundle import BundleInputs, delete_bundle, run_bundle
+from taskhandler_operator.controller.holds import run_held
 from taskhandler_operator.controller.runtime import OperatorRuntime
 from taskhandler_operator.db.engine import DatabaseError
 from taskhandler_operator.kube import names
 from taskhandler_operator.kube.probe_job import job_view, pod_job_name, pod_view
 
-__all__ = ["SwitchboardConfig", "bounded_session", "build_registry", "configure"]
+__all__ = [
+    "SwitchboardConfig",
+    "bounded_session",
+    "build_registry",
+    "bundle_selector",
+    "configure",
+]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +59,7 @@ PROBE_LABELS = {names.LABEL_MANAGED_BY: names.MANAGER, names.LABEL_NAME: names.P
 PROBE_SELECTOR = ",".join(f"{key}={value}" for key, value in PROBE_LABELS.items())
 JOBS = ("batch", "v1", "jobs")
 PODS = ("v1", "pods")
+BUNDLES = (names.GROUP, names.VERSION, names.PLURAL)
 FINALIZER = f"{names.GROUP}/finalizer"
 #: Seconds between attempts of a deletion whose database cleanup failed.
 CLEANUP_RETRY = 15
@@ -74,7 +83,13 @@ class SwitchboardConfig:
     daemon_stop_seconds: float = 10.0
 
 
-def configure(settings: kopf.OperatorSettings) -> None:
+def bundle_selector(shard: str) -> str:
+    """The label selector of the bundles shard ``shard`` reconciles ("" is the default shard:
+    the bundles without a shard label)."""
+    return f"{names.LABEL_SHARD}={shard}" if shard else f"!{names.LABEL_SHARD}"
+
+
+def configure(settings: kopf.OperatorSettings, shard: str = "") -> None:
     """kopf's settings for this operator (docs/operator.md explains each)."""
     settings.peering.standalone = True  # leader election is ours (the Lease), not peering
     settings.scanning.disabled = True  # the RBAC grants no CRD/namespace listing
@@ -95,6 +110,11 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.networking.request_timeout = 30
     settings.watching.label_selectors["batch", "jobs"] = JOB_SELECTOR
     settings.watching.label_selectors[PODS] = PROBE_SELECTOR
+    # The apiserver filters the bundles: a bundle of another shard is never sent, decoded or
+    # kept in kopf's memory here. A relabelled bundle leaves the old shard's watch as DELETED.
+    # Probe Jobs and pods stay unfiltered by shard: a shard that takes a bundle over adopts the
+    # Jobs the previous shard created (docs/operator.md, "Shards").
+    settings.watching.label_selectors[BUNDLES] = bundle_selector(shard)
 
 
 def in_cluster_server(env: Mapping[str, str]) -> str | None:
@@ -112,11 +132,11 @@ def in_cluster_server(env: Mapping[str, str]) -> str | None:
 def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     runtime = config.runtime
-    bundles = (names.GROUP, names.VERSION, names.PLURAL)
+    bundles = BUNDLES
 
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
-        configure(settings)
+        configure(settings, runtime.settings.shard)
         # kopf's live indices (passed by their ids); it fills them from its watches before
         # any resource handler runs.
         runtime.signals.attach(kwargs["probe_jobs"], kwargs["probe_pods"])
@@ -168,8 +188,15 @@ def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
         cancellation_timeout=config.daemon_stop_seconds,
     )
     async def reconcile(body: kopf.Body, stopped: kopf.DaemonStopped, **_: Any) -> None:
+        namespace, name = body.metadata.namespace or "", body.metadata.name or ""
+        hold = runtime.holds.take(namespace, name)
         # kopf's live view; each pass copies only what it reads (BundleInputs.from_body).
-        await run_bundle(lambda: body, runtime, stopped.is_set)
+        await run_held(runtime.holds, hold, run_bundle(lambda: body, runtime, stopped.is_set))
+        if hold.released.is_set() and not runtime.holds.holds(namespace, name):
+            # Handed over to another shard: its series and Event memory go with it. Its
+            # revisions stay: a probe Job the new holder adopts may still download from here.
+            runtime.metrics.remove_bundle(namespace, name)
+            runtime.kube.forget_events(namespace, name)
 
     @kopf.on.create(*bundles, registry=registry, id="wake-create")
     @kopf.on.update(*bundles, registry=registry, id="wake-update")
@@ -183,7 +210,17 @@ def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
         # a claimant stalled on its claim may now take it over: let them look now.
         if event.get("type") == "DELETED":
             meta = (event.get("object") or {}).get("metadata") or {}
-            runtime.wakeups.wake_all(f"{meta.get('namespace')}/{meta.get('name')} is gone")
+            namespace, name = meta.get("namespace") or "", meta.get("name") or ""
+            # Gone from this shard's watch: deleted, or relabelled to another shard. kopf stops
+            # the daemon of a deleted bundle only (controller/holds.py): stop a moved one here.
+            if runtime.holds.release(namespace, name):
+                log.info(
+                    "TaskHandlerBundle %s/%s left shard %s (deleted, or now another shard's)",
+                    namespace,
+                    name,
+                    runtime.settings.shard_name,
+                )
+            runtime.wakeups.wake_all(f"{namespace}/{name} is gone")
 
     @kopf.on.event(
         "batch", "v1", "jobs", registry=registry, labels={names.LABEL_MANAGED_BY: names.MANAGER}
@@ -197,12 +234,16 @@ def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
         if runtime.signals.changed(namespace, name):
             return
         owner = meta.get("labels", {}).get(names.LABEL_BUNDLE)
+        if not owner or not runtime.holds.holds(namespace, owner):
+            # Every shard sees every probe Job (they are not filtered by shard): only the
+            # shard holding the bundle counts its slots and wakes it.
+            return
         finished = _finished(job)
-        if owner and (finished or event.get("type") == "DELETED"):
+        if finished or event.get("type") == "DELETED":
             # A Job no pass waits for (adopted after a restart, or left running by an earlier
             # pass) gives back the slot the pass's JobSlots.observe counted for it.
             runtime.slots.release((namespace, owner), name)
-        if owner and finished:
+        if finished:
             runtime.wakeups.wake(namespace, owner, f"probe Job {name} finished")
 
     @kopf.on.delete(*bundles, registry=registry, id="deletion-policy")
