@@ -213,6 +213,11 @@ def test_promtool_accepts_the_rendered_rule_groups(render: Render, tmp_path: Pat
     assert "FAILED" in done.stdout + done.stderr
 
 
+def expand(template: str, labels: dict[str, str]) -> str:
+    """An annotation as Prometheus expands it, for templates that use only ``$labels``."""
+    return re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m[1]], template)
+
+
 def test_no_leader_fires_per_shard(render: Render, tmp_path: Path) -> None:
     """Each shard holds its own Lease, so TaskHandlerOperatorNoLeader fires per (namespace,
     shard): for a shard whose replicas all stand by, and (the absent() guard of every rendered
@@ -236,10 +241,7 @@ def test_no_leader_fires_per_shard(render: Render, tmp_path: Path) -> None:
         out = []
         for shard in shards:
             labels = {**rule["labels"], "namespace": ns, "shard": shard}
-            annotations = {
-                k: re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m, labels=labels: labels[m[1]], v)
-                for k, v in rule["annotations"].items()
-            }
+            annotations = {k: expand(v, labels) for k, v in rule["annotations"].items()}
             out.append({"exp_labels": labels, "exp_annotations": annotations})
         return out
 
