@@ -367,7 +367,10 @@ def evaluate_alerts(
     bundle_a = {"namespace": scenario.probed, "name": NAME}
     bundle_b = {"namespace": scenario.unsynced, "name": NAME}
     source_b = [{**bundle_b, "source": "git", "kind": k} for k in sorted(scenario.kinds)]
-    no_leader = {"TaskHandlerOperatorNoLeader": [{"namespace": RELEASE_NAMESPACE}]}
+    # One per shard (by (namespace, shard)); this release has the default shard only.
+    no_leader = {
+        "TaskHandlerOperatorNoLeader": [{"namespace": RELEASE_NAMESPACE, "shard": "default"}]
+    }
     both = input_series([scenario.leading, scenario.standing_by], objects, monitor, steps)
     tests = [
         {

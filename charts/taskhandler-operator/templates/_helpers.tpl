@@ -126,10 +126,116 @@ platform may choose it (OpenShift's restricted-v2 assigns the UID). */}}
 {{- toYaml (.Values.podSecurityContext | default dict) -}}
 {{- end -}}
 
-{{/* The revision store's claim is ReadWriteOnce: a second replica on another node could never
-mount it, and would be the standby that must take over at once. */}}
-{{- define "thop.checkReplicas" -}}
-{{- if and (gt (int .Values.replicaCount) 1) (eq .Values.revisionStore.type "persistentVolumeClaim") (not .Values.revisionStore.persistentVolumeClaim.existingClaim) -}}
-{{- fail "revisionStore.type=persistentVolumeClaim creates a ReadWriteOnce claim, which only one replica can mount: use replicaCount=1, revisionStore.type=emptyDir, or an existingClaim that is ReadWriteMany" -}}
+
+{{/* Shards (issue 24; docs/install.md, "Shards"). The Deployment above the `shards` list is
+the default shard and keeps its objects and its selector exactly (a Deployment's selector is
+immutable, so an upgrade must not touch it). Each entry of `shards` adds a Deployment
+"<fullname>-<shard>" whose pods run with THOP_SHARD=<shard>.
+
+Selector scheme: the default Deployment and Service select {name, instance,
+component=operator}. A shard's pods carry component=operator-shard instead (so the default
+selector never matches them) and langsdk.dev/shard=<shard>; the shard's Deployment and Service
+select {name, instance, component=operator-shard, langsdk.dev/shard=<shard>}, which neither
+matches the default pods (other component, no shard label) nor another shard's (other shard
+value). The objects themselves (Deployment, Service, PVC) keep component=operator, plus the
+shard label, so the ServiceMonitor's Service selector covers every shard unchanged. Whatever
+selects every operator pod (the NetworkPolicies, the PodMonitor) uses "thop.operatorPods". */}}
+
+{{/* The pods of one shard's Deployment and Service; called with (list <root> <shard>). */}}
+{{- define "thop.shardSelectorLabels" -}}
+{{- $root := index . 0 -}}
+{{ include "thop.instanceLabels" $root }}
+app.kubernetes.io/component: operator-shard
+langsdk.dev/shard: {{ index . 1 }}
 {{- end -}}
+
+{{/* A label selector (the body under `podSelector:` or `selector:`) of every operator pod of
+the release, all shards. Without shards, exactly the default selector. */}}
+{{- define "thop.operatorPods" -}}
+{{- if .Values.shards -}}
+matchLabels:
+  {{- include "thop.instanceLabels" . | nindent 2 }}
+matchExpressions:
+  - key: app.kubernetes.io/component
+    operator: In
+    values: [operator, operator-shard]
+{{- else -}}
+matchLabels:
+  {{- include "thop.selectorLabels" . | nindent 2 }}
+{{- end -}}
+{{- end -}}
+
+{{/* The values of one shard: the release's values with the entry's overrides (replicaCount,
+resources, ports, probe.parallelism, artifactServer.url) in place, as JSON (read back with
+fromJson). Called with (list <root> <shard entry>). */}}
+{{- define "thop.shardValues" -}}
+{{- $root := index . 0 -}}
+{{- $shard := index . 1 -}}
+{{- $v := deepCopy (omit $root.Values "shards") -}}
+{{- if hasKey $shard "replicaCount" -}}
+{{- $_ := set $v "replicaCount" $shard.replicaCount -}}
+{{- end -}}
+{{- if hasKey $shard "resources" -}}
+{{- $_ := set $v "resources" $shard.resources -}}
+{{- end -}}
+{{- with $shard.ports -}}
+{{- $_ := set $v "ports" (merge (deepCopy .) $v.ports) -}}
+{{- end -}}
+{{- with $shard.probe -}}
+{{- if hasKey . "parallelism" -}}
+{{- $_ := set $v.probe "parallelism" .parallelism -}}
+{{- end -}}
+{{- end -}}
+{{- $url := "" -}}
+{{- with $shard.artifactServer -}}
+{{- $url = .url | default "" -}}
+{{- end -}}
+{{- if and $root.Values.artifactServer.url (not $url) -}}
+{{- fail (printf "shards: %s has no artifactServer.url while artifactServer.url is set: that URL reaches the default shard's artifact server, not this shard's; give the shard its own" $shard.name) -}}
+{{- end -}}
+{{- $_ := set $v "artifactServer" (dict "url" $url) -}}
+{{- toJson $v -}}
+{{- end -}}
+
+{{/* The shard list's own rules, beyond the schema (which checks each name): names unique, and
+"<fullname>-<shard>", a Service name, a DNS label of at most 63 characters. */}}
+{{- define "thop.checkShards" -}}
+{{- $seen := dict -}}
+{{- $fullname := include "thop.fullname" . -}}
+{{- range .Values.shards -}}
+{{- if hasKey $seen .name -}}
+{{- fail (printf "shards: the name %s is listed twice; each shard needs its own name" .name) -}}
+{{- end -}}
+{{- $_ := set $seen .name true -}}
+{{- if gt (len (printf "%s-%s" $fullname .name)) 63 -}}
+{{- fail (printf "shards: %s-%s, the Service of shard %s, is longer than 63 characters: shorten the shard name or fullnameOverride" $fullname .name .name) -}}
+{{- end -}}
+{{- end -}}
+{{- if and .Values.shards (eq .Values.revisionStore.type "persistentVolumeClaim") .Values.revisionStore.persistentVolumeClaim.existingClaim -}}
+{{- fail "shards need a revision store each: with shards, use revisionStore.type=emptyDir or the claims the chart creates (no revisionStore.persistentVolumeClaim.existingClaim)" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Every operator Deployment of the release as a JSON list of {shard, name, values}: the
+default shard ("", <fullname>, the values) first, then each of `shards` ("<fullname>-<shard>",
+its values from "thop.shardValues"). Read back with fromJsonArray. */}}
+{{- define "thop.instances" -}}
+{{- $fullname := include "thop.fullname" . -}}
+{{- $all := list (dict "shard" "" "name" $fullname "values" (omit .Values "shards")) -}}
+{{- range .Values.shards -}}
+{{- $all = append $all (dict "shard" .name "name" (printf "%s-%s" $fullname .name) "values" (include "thop.shardValues" (list $ .) | fromJson)) -}}
+{{- end -}}
+{{- toJson $all -}}
+{{- end -}}
+
+{{/* The distinct values of one port (artifactServer, metrics, health) over every Deployment,
+for the NetworkPolicies: a shard may override its ports (host-network pods). */}}
+{{- define "thop.portsOf" -}}
+{{- $root := index . 0 -}}
+{{- $key := index . 1 -}}
+{{- $ports := list -}}
+{{- range include "thop.instances" $root | fromJsonArray -}}
+{{- $ports = append $ports (int (get .values.ports $key)) -}}
+{{- end -}}
+{{- toJson (uniq $ports) -}}
 {{- end -}}

@@ -295,3 +295,84 @@ def wait_ready(cluster: KubeCluster, namespace: str) -> None:
     )
     if done.returncode != 0:
         pytest.fail(f"orders-go not Ready: {done.stderr}\n{diagnostics(cluster, namespace)}")
+
+
+def test_a_shard_runs_beside_the_default_one(
+    kube_cluster: KubeCluster, namespace: str, pg_url: str
+) -> None:
+    """``shards: [{name: b}]``: both Deployments' pods run and each leads its own Lease (two
+    Leases, held by different pods), and each Service selects only its own shard's pod. The
+    process node shares the host's network, so the shard gets its own host ports (and the
+    artifact URL on them); in a cluster it needs neither."""
+    ports = HostPorts(free_port(), free_port(), free_port())
+    shard_ports = HostPorts(free_port(), free_port(), free_port())
+    set_args = process_node_values(
+        ports,
+        database_secret="airflow-db",
+        watch_namespaces=(namespace,),
+        extra=(
+            "shards[0].name=b",
+            f"shards[0].ports.artifactServer={shard_ports.artifact_server}",
+            f"shards[0].ports.metrics={shard_ports.metrics}",
+            f"shards[0].ports.health={shard_ports.health}",
+            f"shards[0].artifactServer.url=http://127.0.0.1:{shard_ports.artifact_server}",
+        ),
+    )
+    adopt_crd(kube_cluster, namespace)
+    installed = kube_cluster.helm(
+        "install", RELEASE, str(CHART), "-n", namespace, *set_args,
+        "--wait", "--timeout=5m", check=False, timeout=330,
+    )  # fmt: skip
+    try:
+        assert installed.returncode == 0, (
+            f"{installed.stderr}\n{diagnostics(kube_cluster, namespace)}"
+        )
+        _both_shards_lead(kube_cluster, namespace)
+    finally:
+        kube_cluster.helm("uninstall", RELEASE, "-n", namespace, "--wait", check=False)
+
+
+def _both_shards_lead(cluster: KubeCluster, namespace: str) -> None:
+    shard_name = f"{DEPLOYMENT}-b"
+    pods: dict[str, str] = {}  # Deployment -> its one pod
+    for deployment in (DEPLOYMENT, shard_name):
+        spec = get_json(cluster, "deployment", deployment, "-n", namespace)["spec"]
+        selector = ",".join(f"{k}={v}" for k, v in spec["selector"]["matchLabels"].items())
+        items = get_json(cluster, "pods", "-n", namespace, "-l", selector)["items"]
+        running = [p for p in items if not p["metadata"].get("deletionTimestamp")]
+        assert len(running) == 1, (deployment, [p["metadata"]["name"] for p in items])
+        assert running[0]["status"]["phase"] == "Running", diagnostics(cluster, namespace)
+        pods[deployment] = running[0]["metadata"]["name"]
+    env = {
+        e["name"]: e.get("value")
+        for e in get_json(cluster, "pod", pods[shard_name], "-n", namespace)["spec"]["containers"][
+            0
+        ]["env"]
+    }
+    assert env["THOP_SHARD"] == "b"
+
+    # Two Leases, each held by the pod of its own shard (its log names the holder identity).
+    leases = {
+        lease["metadata"]["name"]: lease["spec"].get("holderIdentity") or ""
+        for lease in get_json(cluster, "leases", "-n", namespace)["items"]
+    }
+    holders = {
+        DEPLOYMENT: leases.get("taskhandler-operator", ""),
+        shard_name: leases.get("taskhandler-operator-b", ""),
+    }
+    assert all(holders.values()) and len(set(holders.values())) == 2, leases
+    for deployment, lease in (
+        (DEPLOYMENT, "taskhandler-operator"),
+        (shard_name, "taskhandler-operator-b"),
+    ):
+        log = cluster.kubectl("logs", pods[deployment], "-n", namespace).stdout
+        led = f"leader election: {holders[deployment]} leads (Lease {namespace}/{lease})"
+        assert led in log, (deployment, lease, log[-3000:])
+
+    # Each Service's selector, as the endpoints controller applies it, finds only its own
+    # shard's pod (the test control plane runs no endpoints controller).
+    for deployment, pod in pods.items():
+        service = get_json(cluster, "service", deployment, "-n", namespace)
+        selector = ",".join(f"{k}={v}" for k, v in service["spec"]["selector"].items())
+        selected = get_json(cluster, "pods", "-n", namespace, "-l", selector)["items"]
+        assert [p["metadata"]["name"] for p in selected] == [pod], (deployment, selector)

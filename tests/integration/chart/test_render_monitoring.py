@@ -211,3 +211,65 @@ def test_promtool_accepts_the_rendered_rule_groups(render: Render, tmp_path: Pat
     done = promtool("check", "rules", str(rules))
     assert done.returncode != 0
     assert "FAILED" in done.stdout + done.stderr
+
+
+def expand(template: str, labels: dict[str, str]) -> str:
+    """An annotation as Prometheus expands it, for templates that use only ``$labels``."""
+    return re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m[1]], template)
+
+
+def test_no_leader_fires_per_shard(render: Render, tmp_path: Path) -> None:
+    """Each shard holds its own Lease, so TaskHandlerOperatorNoLeader fires per (namespace,
+    shard): for a shard whose replicas all stand by, and (the absent() guard of every rendered
+    shard) for one with no series at all, never for a shard that leads. promtool evaluates the
+    rendered rule on series as the operator exports them (``shard`` label, ``default`` for the
+    default shard; docs/install.md, "Shards")."""
+    objects = render(
+        "--set", "prometheusRule.enabled=true",
+        "--set", "shards[0].name=b", "--set", "shards[1].name=c",
+    )  # fmt: skip
+    ns = one(objects, "PrometheusRule")["metadata"]["namespace"]
+    rules = alerts_of(objects)
+    rule = rules["TaskHandlerOperatorNoLeader"]
+    groups = one(objects, "PrometheusRule")["spec"]["groups"]
+
+    def series(shard: str, pod: str, leading: int) -> dict[str, str]:
+        labels = f'namespace="{ns}",pod="{pod}",shard="{shard}"'
+        return {"series": f"taskhandler_operator_leader{{{labels}}}", "values": f"{leading}x30"}
+
+    def fired(*shards: str) -> list[dict[str, Any]]:
+        out = []
+        for shard in shards:
+            labels = {**rule["labels"], "namespace": ns, "shard": shard}
+            annotations = {k: expand(v, labels) for k, v in rule["annotations"].items()}
+            out.append({"exp_labels": labels, "exp_annotations": annotations})
+        return out
+
+    def check(name: str, input_series: list[dict[str, str]], *shards: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "interval": "1m",
+            "input_series": input_series,
+            "alert_rule_test": [
+                {"eval_time": "5m", "alertname": rule["alert"], "exp_alerts": []},
+                {"eval_time": "11m", "alertname": rule["alert"], "exp_alerts": fired(*shards)},
+            ],
+        }
+
+    leading = [series("default", "a-1", 1), series("b", "b-1", 1), series("c", "c-1", 1)]
+    tests = [
+        check("every shard leads", leading),
+        check(
+            "shard b's replicas all stand by",
+            [leading[0], series("b", "b-1", 0), series("b", "b-2", 0), leading[2]],
+            "b",
+        ),
+        check("shard c exports nothing", leading[:2], "c"),
+        check("nothing at all", [{"series": 'up{job="x"}', "values": "1x30"}], "b", "c", "default"),
+    ]
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}), encoding="utf-8")
+    spec = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(spec, width=1000), encoding="utf-8")
+    done = promtool("test", "rules", "test.yaml", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout, done.stdout
