@@ -4,7 +4,6 @@ import asyncio
 import datetime as dt
 import struct
 import tracemalloc
-from datetime import timedelta
 
 import msgpack
 import pytest
@@ -186,7 +185,7 @@ def test_encode_payload_rejects_what_uint32_cannot_frame() -> None:
 
 BOUNDED = settings(
     max_examples=300,
-    deadline=timedelta(seconds=5),
+    deadline=None,  # never on timing (tests/conftest.py)
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
