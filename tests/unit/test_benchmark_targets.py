@@ -36,7 +36,11 @@ def cold(parallelism: int, wall: float, job_s: float = 1.0) -> dict[str, Any]:
 
 
 def test_the_cold_start_target_applies_where_the_ideal_is_reachable() -> None:
-    probe = {"cold_start": cold(8, 5.0), "cold_start_free_cores": cold(2, 4.5), "free_cores": 2}
+    probe: dict[str, Any] = {
+        "cold_start": cold(8, 5.0),
+        "cold_start_free_cores": cold(2, 4.5),
+        "free_cores": 2,
+    }
     # ceil(8/8) x 1 s = 1 s ideal: 5x, no verdict (8 Jobs on 2 cores cannot reach it).
     assert probe["cold_start"]["ratio"] == 5.0
     assert probe["cold_start"]["ratio_to_loaded_job_time"] == 2.5
