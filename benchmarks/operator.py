@@ -7,7 +7,9 @@ One run measures, each against a baseline measured in the same run where one app
   seen by a watch on Jobs (millisecond resolution, not the API's whole-second timestamps);
 * **cold start**: a bundle of ``--cold-artifacts`` new artifacts at ``--parallelism``: wall time
   from ``kubectl apply`` to Ready, over the ideal ``ceil(artifacts / parallelism)`` × the probe
-  Job time (target ≤ 1.3x);
+  Job time, and over the same rounds of its own Jobs' median time under load; then as many new
+  artifacts at parallelism ``--free-cores`` (the machine's cores), where that ideal is
+  physically reachable: the target (≤ 1.3x) applies to that run;
 * **change propagation**: a git bundle of three artifacts; a commit changes one of them, then
   the reconcile-now annotation; the time from the commit until its task's binding row points at
   the new content in the database (the bound artifact row has the new size), over the probe Job
@@ -21,7 +23,9 @@ One run measures, each against a baseline measured in the same run where one app
   bundle's first pass binds its Dags, so its second still takes the whole path; later ones keep
   the outcome): probe Jobs created (target 0), SQL statements per pass (pg_stat_statements of
   the database, every statement the server executed, BEGIN/COMMIT included), operator
-  CPU-seconds per pass (psutil, process and children, target ≤ 20 ms), peak RSS (the kernel's
+  CPU-seconds per pass (psutil, process and children; the target is on its ratio to a reference
+  workload measured in the same run, ``reference_samples``, calibrated to 20 ms on the machine
+  the targets were set on), peak RSS (the kernel's
   VmHWM, target ≤ 300 MiB) and apiserver requests per pass by verb (the apiserver's own
   ``apiserver_request_total``; target: no writes). Passes are the operator's own
   ``taskhandler_operator_reconcile_duration_seconds_count``;
@@ -69,8 +73,10 @@ import json
 import math
 import os
 import platform
+import resource
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -136,6 +142,31 @@ from taskhandler_operator.records import ArtifactRecord, BundleOwner, TaskHandle
 TARGET_COLD_RATIO = 1.3
 TARGET_CHANGE_EXTRA_S = 2.0
 TARGET_CPU_MS = 20.0
+#: The CPU per unchanged pass over the reference workload's CPU (``reference_samples``), both
+#: measured in the same run: the target that holds on any machine (issue 24). Calibrated from
+#: TARGET_CPU_MS on the machine the targets were set on (2 CPUs, the figures' machine): the
+#: reference's CPU there, quiet, is REFERENCE_CALIBRATION_MS, so the ratio target is 20 ms there.
+#: How it was obtained (2026-12-02, commit of issue 24): the machine was shared (load about 11),
+#: so it is scaled, not measured quiet: the reference took 4,124 ms (median of 5) at load 11,
+#: while `probe` of the Go runtime took 1,050 ms of CPU on main against 237 ms in the quiet
+#: figures' run (docs/operations.md), a factor of 4.43 for the same kind of work (a fresh
+#: interpreter's imports); 4,124 / 4.43 = 930 ms. Re-measure on a quiet machine with
+#: ``python -c "from benchmarks.operator import reference_samples as r; print(r(9))"``.
+REFERENCE_CALIBRATION_MS = 930.0
+TARGET_CPU_RATIO = round(TARGET_CPU_MS / REFERENCE_CALIBRATION_MS, 4)
+#: Fresh interpreters the reference workload is the median of, before and after the windows.
+REFERENCE_RUNS = 5
+#: What the reference imports: the operator's own start-up (the `run` command's closure).
+REFERENCE_IMPORTS = (
+    "kopf",
+    "kubernetes.client",
+    "taskhandler_operator.controller.runtime",
+    "taskhandler_operator.controller.switchboard",
+    "taskhandler_operator.controller.leader",
+    "taskhandler_operator.controller.health",
+    "taskhandler_operator.controller.metrics",
+    "taskhandler_operator.controller.bundle",
+)
 TARGET_RSS_MIB = 300.0
 #: The unchanged pass with a publish policy set (issue 23) against the same set without one,
 #: both measured in this run: CPU per pass within this ratio (the noise between two windows of
@@ -275,6 +306,7 @@ def probe_phase(
         {
             TEMPLATE_DAG: ("probe-one", [TEMPLATE_TASK]),
             "bench_cold": ("cold", [f"c{i}" for i in range(args.cold_artifacts)]),
+            "bench_cold_cores": ("cold-cores", [f"c{i}" for i in range(args.cold_artifacts)]),
             "bench_git": ("git", ["g0", "g1", "g2"]),
         },
     )
@@ -305,21 +337,14 @@ def probe_phase(
         job_s = statistics.median(samples)
         log(f"probe Job time: {job_s:.2f}s (median of {[round(s, 2) for s in samples]})")
 
-        # 2. Cold start: N new artifacts at the given parallelism.
-        cold = work / "volumes" / "cold"
-        for i in range(args.cold_artifacts):
-            data = typescript_artifact(handler_spec("bench_cold", [f"c{i}"]))
-            write_world_readable(cold / f"a{i:03d}.min.mjs", data)
-        cold_since = time.monotonic()
-        manifest = bundle_manifest(
-            namespace, "cold", {"volume": {"path": str(cold)}}, parallelism=args.parallelism
+        # 2. Cold start: N new artifacts at the given parallelism, then at as many as the
+        # machine's free cores (where the ideal can be reached).
+        cold = cold_start(
+            kube, api, jobs, op, work, namespace, "cold", args.cold_artifacts, args.parallelism
         )
-        apply_all(kube, [manifest])
-        cold_done = wait_ready(api, namespace, "cold", op)
-        cold_s = cold_done - cold_since
-        cold_jobs = jobs.durations(since=cold_since)
-        ideal = math.ceil(args.cold_artifacts / args.parallelism) * job_s
-        log(f"cold start: {cold_s:.1f}s for {args.cold_artifacts} artifacts (ideal {ideal:.1f}s)")
+        cold_cores = cold_start(
+            kube, api, jobs, op, work, namespace, "cold-cores", args.cold_artifacts, args.free_cores
+        )
 
         # 3. Change propagation from a git commit.
         repo = make_repo(server.root / "git", "bench", work / "git-work")
@@ -364,32 +389,74 @@ def probe_phase(
         "--wait=true",
         timeout=600,
     )
-    cold_loaded = statistics.median(cold_jobs) if cold_jobs else job_s
     return {
         "namespace": namespace,
         "template": template,
         "probe_job_seconds": round(job_s, 3),
         "probe_job_samples": [round(s, 3) for s in samples],
-        "cold_start": {
-            "artifacts": args.cold_artifacts,
-            "parallelism": args.parallelism,
-            "wall_seconds": round(cold_s, 2),
-            "ideal_seconds": round(ideal, 2),
-            "ratio": round(cold_s / ideal, 3),
-            "jobs": len(cold_jobs),
-            # The same Jobs' own median while they ran together: the ratio against it says how
-            # much of the wall time is the operator's rather than the machine's.
-            "job_seconds_median": round(cold_loaded, 3),
-            "ratio_to_loaded_job_time": round(
-                cold_s / (math.ceil(args.cold_artifacts / args.parallelism) * cold_loaded), 3
-            ),
-        },
+        "cold_start": cold_ratios(cold, job_s),
+        "cold_start_free_cores": cold_ratios(cold_cores, job_s),
+        "free_cores": args.free_cores,
         "change": {
             "seconds": round(change_s, 3),
             "probe_job_seconds": round(job_s, 3),
             "over_job_seconds": round(change_s - job_s, 3),
             "jobs": len(change_jobs),
         },
+    }
+
+
+def cold_start(
+    kube: KubeCluster,
+    api: Any,
+    jobs: JobWatcher,
+    op: OperatorProcess,
+    work: Path,
+    namespace: str,
+    name: str,
+    artifacts: int,
+    parallelism: int,
+) -> dict[str, Any]:
+    """One bundle of ``artifacts`` new artifacts at ``parallelism``: wall time to Ready and the
+    Jobs' own durations (each artifact declares one task of the Dag seeded for ``name``)."""
+    dag_id = {"cold": "bench_cold", "cold-cores": "bench_cold_cores"}[name]
+    folder = work / "volumes" / name
+    for i in range(artifacts):
+        data = typescript_artifact(handler_spec(dag_id, [f"c{i}"]))
+        write_world_readable(folder / f"a{i:03d}.min.mjs", data)
+    since = time.monotonic()
+    manifest = bundle_manifest(
+        namespace, name, {"volume": {"path": str(folder)}}, parallelism=parallelism
+    )
+    apply_all(kube, [manifest])
+    wall = wait_ready(api, namespace, name, op) - since
+    log(f"{name}: {wall:.1f}s for {artifacts} artifacts at parallelism {parallelism}")
+    return {
+        "artifacts": artifacts,
+        "parallelism": parallelism,
+        "wall_seconds": wall,
+        "job_seconds": jobs.durations(since=since),
+    }
+
+
+def cold_ratios(cold: dict[str, Any], job_s: float) -> dict[str, Any]:
+    """A cold start against its ideal, ceil(N / P) x one probe Job alone, and against the same
+    rounds of its own Jobs' median time under load."""
+    rounds = math.ceil(cold["artifacts"] / cold["parallelism"])
+    wall, jobs = cold["wall_seconds"], cold["job_seconds"]
+    loaded = statistics.median(jobs) if jobs else job_s
+    return {
+        "artifacts": cold["artifacts"],
+        "parallelism": cold["parallelism"],
+        "machine_cores": os.cpu_count(),
+        "wall_seconds": round(wall, 2),
+        "ideal_seconds": round(rounds * job_s, 2),
+        "ratio": round(wall / (rounds * job_s), 3),
+        "jobs": len(jobs),
+        # The same Jobs' own median while they ran together: the ratio against it says how
+        # much of the wall time is the operator's rather than the machine's.
+        "job_seconds_median": round(loaded, 3),
+        "ratio_to_loaded_job_time": round(wall / (rounds * loaded), 3),
     }
 
 
@@ -731,6 +798,42 @@ def probe_cost_phase() -> dict[str, Any]:
 # --- the report ----------------------------------------------------------------------------------
 
 
+def reference_samples(runs: int = REFERENCE_RUNS) -> list[float]:
+    """CPU milliseconds (user + system) of fresh interpreters importing what the operator
+    imports at start-up (``REFERENCE_IMPORTS``), after one warm-up that caches their bytecode.
+
+    The reference workload the unchanged pass's CPU is read against: the same kind of work
+    (single-threaded Python: bytecode, dicts and objects, small reads and stats), so it scales
+    with a machine's single-thread speed as a pass does, and it takes seconds, not a cluster.
+    """
+    code = "import " + ", ".join(REFERENCE_IMPORTS)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    samples = []
+    with tempfile.TemporaryDirectory(prefix="thop-reference-") as folder:
+        env["PYTHONPYCACHEPREFIX"] = folder
+        for n in range(runs + 1):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+            if n:  # the first run compiled the bytecode
+                samples.append(round(cpu * 1000, 1))
+    return samples
+
+
+def cpu_reference(samples: Sequence[float]) -> dict[str, Any]:
+    median = statistics.median(samples)
+    return {
+        "workload": "python -c 'import " + ", ".join(REFERENCE_IMPORTS) + "' (CPU)",
+        "samples_ms": list(samples),
+        "median_ms": round(median, 1),
+        "calibration_ms": REFERENCE_CALIBRATION_MS,
+        "target_ratio": TARGET_CPU_RATIO,
+        # What the ratio target means in milliseconds per pass on this machine.
+        "target_ms_here": round(TARGET_CPU_RATIO * median, 1),
+    }
+
+
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
@@ -750,7 +853,7 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _probe_rows(probe: dict[str, Any]) -> list[dict[str, Any]]:
-    cold, change = probe["cold_start"], probe["change"]
+    change = probe["change"]
     job_s = probe["probe_job_seconds"]
     return [
         {
@@ -759,18 +862,7 @@ def _probe_rows(probe: dict[str, Any]) -> list[dict[str, Any]]:
             "target": "-",
             "result": "-",
         },
-        {
-            "measure": (
-                f"cold start {cold['artifacts']} artifacts, parallelism {cold['parallelism']}"
-            ),
-            "measured": (
-                f"{cold['wall_seconds']:.1f} s = {cold['ratio']:.2f}x "
-                f"ideal {cold['ideal_seconds']:.1f} s ({cold['ratio_to_loaded_job_time']:.2f}x "
-                f"with the Jobs' time under load, {cold['job_seconds_median']:.1f} s)"
-            ),
-            "target": f"<= {TARGET_COLD_RATIO}x",
-            "result": verdict(cold["ratio"] <= TARGET_COLD_RATIO),
-        },
+        *_cold_rows(probe),
         {
             "measure": "change propagation (commit + annotation to binding)",
             "measured": f"{change['seconds']:.2f} s = job + {change['over_job_seconds']:.2f} s",
@@ -780,9 +872,38 @@ def _probe_rows(probe: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def _cold_rows(probe: dict[str, Any]) -> list[dict[str, Any]]:
+    """Both cold starts; the target applies where the ideal is reachable: at parallelism no
+    higher than the machine's free cores (``--free-cores``), each Job can have a core of its own.
+    """
+    rows = []
+    for key in ("cold_start", "cold_start_free_cores"):
+        if key not in probe:
+            continue
+        cold = probe[key]
+        reachable = cold["parallelism"] <= probe.get("free_cores", cold["machine_cores"] or 1)
+        rows.append(
+            {
+                "measure": (
+                    f"cold start {cold['artifacts']} artifacts, parallelism {cold['parallelism']}"
+                    f" ({cold['machine_cores']} cores)"
+                ),
+                "measured": (
+                    f"{cold['wall_seconds']:.1f} s = {cold['ratio']:.2f}x ideal "
+                    f"{cold['ideal_seconds']:.1f} s; {cold['ratio_to_loaded_job_time']:.2f}x "
+                    f"with the Jobs' time under load ({cold['job_seconds_median']:.1f} s)"
+                ),
+                "target": f"<= {TARGET_COLD_RATIO}x" if reachable else "- (parallelism > cores)",
+                "result": verdict(cold["ratio"] <= TARGET_COLD_RATIO) if reachable else "-",
+            }
+        )
+    return rows
+
+
 def _steady_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     steady, base, compare = result["steady"], result["steady_base"], result["steady_compare"]
     rows: list[dict[str, Any]] = []
+    reference = result.get("cpu_reference")
     for s in (steady, base, compare):
         scale = f"{s['bundles']} x {s['artifacts_per_bundle']}"
         rows += [
@@ -794,12 +915,7 @@ def _steady_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                 "target": "0",
                 "result": verdict(s["probe_jobs_total"] == 0),
             },
-            {
-                "measure": f"steady {scale}: operator CPU per pass",
-                "measured": f"{s['cpu_ms_per_pass']:.1f} ms ({s['passes']:.0f} passes)",
-                "target": f"<= {TARGET_CPU_MS:g} ms",
-                "result": verdict(s["passes"] > 0 and s["cpu_ms_per_pass"] <= TARGET_CPU_MS),
-            },
+            _cpu_row(s, scale, reference),
             {
                 "measure": f"steady {scale}: operator peak RSS",
                 "measured": f"{s['peak_rss_mib']:.0f} MiB",
@@ -835,6 +951,28 @@ def _steady_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
         }
     )
     return rows
+
+
+def _cpu_row(s: dict[str, Any], scale: str, reference: dict[str, Any] | None) -> dict[str, Any]:
+    """CPU per unchanged pass over the reference workload's (the target holds on any machine);
+    without a reference, in milliseconds against TARGET_CPU_MS (the calibration machine's)."""
+    row = {"measure": f"steady {scale}: operator CPU per pass"}
+    ms = s["cpu_ms_per_pass"]
+    if reference is None:
+        return row | {
+            "measured": f"{ms:.1f} ms ({s['passes']:.0f} passes)",
+            "target": f"<= {TARGET_CPU_MS:g} ms",
+            "result": verdict(s["passes"] > 0 and ms <= TARGET_CPU_MS),
+        }
+    ratio = ms / reference["median_ms"]
+    return row | {
+        "measured": (
+            f"{ms:.1f} ms ({s['passes']:.0f} passes) = {ratio:.4f}x the reference "
+            f"{reference['median_ms']:.0f} ms"
+        ),
+        "target": f"<= {TARGET_CPU_RATIO:g}x ({reference['target_ms_here']:g} ms here)",
+        "result": verdict(s["passes"] > 0 and ratio <= TARGET_CPU_RATIO),
+    }
 
 
 def policy_comparison(base: dict[str, Any], policy: dict[str, Any]) -> dict[str, Any]:
@@ -979,6 +1117,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--artifacts", type=int, default=20, help="artifacts per bundle")
     parser.add_argument("--cold-artifacts", type=int, default=100, help="cold-start artifacts")
     parser.add_argument("--parallelism", type=int, default=8, help="probe Jobs at once")
+    parser.add_argument(
+        "--free-cores",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="cores free for probe pods (default: the machine's; the benchmark expects nothing "
+        "else running): the second cold start's parallelism, where its 1.3x target applies",
+    )
     parser.add_argument("--interval", default="60s", help="steady-state bundles' interval")
     parser.add_argument("--window", type=float, default=120.0, help="steady-state window (s)")
     parser.add_argument(
@@ -1021,6 +1166,8 @@ def main(argv: list[str] | None = None) -> int:
             result["probe"] = probe
         compare_bundles = max(2, args.bundles // 10)
         if "steady" in phases and template is not None:
+            # The reference workload, before and after the windows (issue 24: CPU targets).
+            reference = reference_samples()
             result["steady"] = steady_phase(
                 kube, server, url, work, args, template, args.bundles, args.artifacts, "steady"
             )
@@ -1052,6 +1199,7 @@ def main(argv: list[str] | None = None) -> int:
                 "policy",
                 policy=POLICY_UNDER_TEST,
             )
+            result["cpu_reference"] = cpu_reference(reference + reference_samples())
         if "failover" in phases and template is not None:
             result["failover"] = failover_phase(kube, url, work, args, template)
         if "watch" in phases:

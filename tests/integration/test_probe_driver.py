@@ -588,6 +588,40 @@ def test_java_classpath_holds_every_jar_of_the_bundle(
     assert running(run.pids) == []
 
 
+# Runs the probe command in this child interpreter, then lists what it imported.
+_PROBE_AND_LIST_MODULES = """
+import contextlib, io, json, sys
+from taskhandler_operator.cli import main
+err = io.StringIO()
+with contextlib.redirect_stderr(err):
+    code = main(sys.argv[1:])
+print(json.dumps({"code": code, "log": err.getvalue(), "modules": sorted(sys.modules)}))
+"""
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_a_whole_probe_imports_no_pydantic(
+    language: str, runtime_factory: RuntimeFactory, tmp_path: Path
+) -> None:
+    # pydantic was most of one probe's own cost (docs/operations.md); every probe pod runs this
+    # command in a fresh interpreter, so a model brought back onto its path costs every probe.
+    # A real runtime answers, so the frame reader, the message check and the summary all run.
+    argv = [str(runtime_factory(language)), "--language", language, "--termination-log", "-"]
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE_AND_LIST_MODULES, "probe", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    report = json.loads(proc.stdout.splitlines()[-1])
+    assert report["code"] == 0, report["log"][-2000:]
+    summary = ProbeSummary.model_validate_json(proc.stdout.splitlines()[-2])
+    assert accept_result(report["log"], summary).handler_count == 5
+    modules = {name.split(".")[0] for name in report["modules"]}
+    assert modules.isdisjoint({"pydantic", "pydantic_core", "annotated_types"}), sorted(modules)
+
+
 def test_console_script_end_to_end(runtime_factory: RuntimeFactory, tmp_path: Path) -> None:
     artifact = runtime_factory("go")
     termination_log = tmp_path / "termination"

@@ -37,6 +37,9 @@ HEAVY = (
 )
 # Not needed before a command runs (--help), nor by fetch at all.
 LIBRARIES = ("pydantic", "pydantic_core", "yaml", "msgpack", "psutil", "asyncio")
+# Not imported by a probe either: pydantic was most of a probe's own cost (protocol/plain.py);
+# the operator validates what a probe reports with the models, the probe pod does not need them.
+PROBE_FREE = ("pydantic", "pydantic_core", "annotated_types", "typing_inspection")
 
 RUN_CLI = """
 import contextlib, io, json, sys
@@ -97,7 +100,8 @@ def test_probe_run_imports_only_the_driver(
     )
     assert code == 3, output  # the artifact refused
     assert "taskhandler_operator.protocol.driver" in modules
-    assert imported(modules, HEAVY + libraries) == []
+    assert "taskhandler_operator.protocol.session" in modules
+    assert imported(modules, HEAVY + PROBE_FREE + libraries) == []
 
 
 @pytest.fixture

@@ -360,3 +360,23 @@ def test_hadolint_finds_nothing() -> None:
     )
     assert done.returncode == 1
     assert "DL3054" in done.stdout and "DL3008" in done.stdout, done.stdout
+
+
+def test_the_python_code_is_precompiled_without_source_checks() -> None:
+    # A probe pod runs a fresh interpreter with PYTHONDONTWRITEBYTECODE=1: without bytecode in
+    # the image it compiled every module it imported, on every probe (docs/operations.md).
+    def compiles(stage: str) -> list[list[str]]:
+        commands = shell_commands(IMAGE.stage(stage).steps)
+        return [c for c in commands if c[1:3] == ["-m", "compileall"]]
+
+    [venv] = compiles("build")
+    [stdlib] = compiles("base")
+    for cmd in (venv, stdlib):
+        assert cmd[cmd.index("--invalidation-mode") + 1] == "unchecked-hash", cmd
+    assert venv[-1] == "/opt/taskhandler-operator/lib"
+    assert "stdlib" in stdlib[-1]
+    # After everything is installed into the venv (the last pip command of the build stage).
+    build = [c for c in shell_commands(IMAGE.stage("build").steps) if c]
+    assert build[-1] == venv
+    env = " ".join(a for w, a in IMAGE.stage("base").steps if w == "ENV")
+    assert "PYTHONDONTWRITEBYTECODE=1" in env

@@ -110,13 +110,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     # Heavy imports here, so that `taskhandler-operator --help` stays fast.
+    # No pydantic on this path (protocol/plain.py says why; test_cli_imports.py keeps it so).
     import asyncio
-
-    from pydantic import ValidationError
 
     from taskhandler_operator.artifacts.models import Language
     from taskhandler_operator.protocol.driver import ProbeConfig, run_probe
-    from taskhandler_operator.protocol.summary import RESULT_MARKER, ExitCode
+    from taskhandler_operator.protocol.plain import RESULT_MARKER, ExitCode
 
     log = EventLog(sys.stderr, min_level=args.log_level)
     try:
@@ -134,8 +133,12 @@ def run(args: argparse.Namespace) -> int:
             jvm_args=tuple(args.jvm_args),
             dag_ids=tuple(args.dag_ids) if args.dag_ids is not None else None,
         )
-    except ValidationError as exc:
-        log.error("invalid probe options", errors=exc.errors(include_url=False))
+    except ValueError as exc:
+        # pydantic's ValidationError (a ValueError) from the options model ProbeConfig defers to.
+        errors = getattr(exc, "errors", None)
+        if errors is None:
+            raise
+        log.error("invalid probe options", errors=errors(include_url=False))
         return int(ExitCode.DRIVER_ERROR)
     outcome = asyncio.run(run_probe(config, log))
     summary = outcome.summary
@@ -145,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         log.error("probe failed", error_kind=summary.error_kind, error=summary.error)
     text = summary.to_json()
-    log.info("probe summary", summary=summary.model_dump(mode="json", exclude_none=True))
+    log.info("probe summary", summary=summary.to_dict())
     _write_termination_log(args.termination_log, text, log)
     print(text, file=sys.stdout, flush=True)
     return int(summary.exit_code)

@@ -30,19 +30,18 @@ from taskhandler_operator.artifacts.models import ArtifactVerificationError, Ver
 from taskhandler_operator.artifacts.verify import verify_artifact
 from taskhandler_operator.protocol.eventlog import EventLog
 from taskhandler_operator.protocol.launch import ProbeConfig, build_command, runtime_environment
-from taskhandler_operator.protocol.messages import TaskHandlerParsingResult
-from taskhandler_operator.protocol.session import ProbeFailure, ProbeSession, ms_since
-from taskhandler_operator.protocol.summary import (
+from taskhandler_operator.protocol.plain import (
     RESULT_MARKER,
     LogStats,
+    PlainResult,
+    PlainSummary,
     ProbeErrorKind,
-    ProbeSummary,
     ProbeWarningKind,
     SummaryWarning,
     Timings,
-    result_line,
     sha256_text,
 )
+from taskhandler_operator.protocol.session import ProbeFailure, ProbeSession, ms_since
 
 __all__ = [
     "RESULT_MARKER",
@@ -57,8 +56,11 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class ProbeOutcome:
-    summary: ProbeSummary
-    result: TaskHandlerParsingResult | None = None
+    """The summary as the pod writes it (``summary.ProbeSummary`` reads it back) and the
+    validated result, in their pydantic-free forms (plain.py)."""
+
+    summary: PlainSummary
+    result: PlainResult | None = None
     result_json: str | None = None
 
 
@@ -96,7 +98,7 @@ async def run_probe(config: ProbeConfig, log: EventLog) -> ProbeOutcome:
         result = await session.run()
     except ProbeFailure as failure:
         return _failed(config, verified, failure.kind, failure.message, timings, started, session)
-    line = result_line(result)
+    line = result.line()
     warnings = [
         SummaryWarning(kind=ProbeWarningKind(w.kind), message=w.message) for w in session.warnings
     ]
@@ -104,7 +106,7 @@ async def run_probe(config: ProbeConfig, log: EventLog) -> ProbeOutcome:
         warnings.insert(0, _empty_answer_warning(config))
     for warning in warnings:
         log.warning("probe warning", kind=warning.kind.value, message=warning.message)
-    summary = ProbeSummary(
+    summary = PlainSummary(
         status="ok",
         artifact=str(config.artifact),
         language=config.language.value,
@@ -153,7 +155,7 @@ def _failed(
     started: float,
     session: ProbeSession | None = None,
 ) -> ProbeOutcome:
-    summary = ProbeSummary(
+    summary = PlainSummary(
         status="error",
         error_kind=kind,
         error=message,

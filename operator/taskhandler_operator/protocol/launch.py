@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from taskhandler_operator.artifacts.java import is_java_binary_name
 from taskhandler_operator.artifacts.models import Language, VerifiedArtifact
-from taskhandler_operator.limits import ID_LENGTH, MAX_FRAME_SIZE, MAX_REQUEST_DAG_IDS
+from taskhandler_operator.limits import MAX_FRAME_SIZE, MAX_REQUEST_DAG_IDS
+from taskhandler_operator.protocol.plain import dag_id_problem
 from taskhandler_operator.protocol.relay import RelayLimits
 
 __all__ = [
@@ -29,34 +29,41 @@ class UnsafeCommand(ValueError):
     """The runtime's command line would not mean what verification checked."""
 
 
-class ProbeConfig(BaseModel):
-    model_config = ConfigDict(frozen=True)
+@dataclass(frozen=True)
+class ProbeConfig:
+    """What one probe runs with. Validated on creation, by :class:`.options.ProbeOptions`' rules.
+
+    Options that already have their types and bounds are taken as they are, without pydantic
+    (a probe pod's usual case, and pydantic's import was most of a probe's own cost); anything
+    else is validated by that model, which raises its ``ValidationError`` or coerces.
+    """
 
     artifact: Path
     language: Language
     bundle_root: Path | None = None
     bundle_name: str | None = None
-    answer_timeout: float = Field(default=60.0, gt=0)
-    connect_timeout: float = Field(default=10.0, gt=0)
-    exit_grace: float = Field(default=5.0, gt=0)
-    max_frame_size: int = Field(default=MAX_FRAME_SIZE, ge=64)
+    answer_timeout: float = 60.0
+    connect_timeout: float = 10.0
+    exit_grace: float = 5.0
+    max_frame_size: int = MAX_FRAME_SIZE
     java: str = "java"
     node: str = "node"
     jvm_args: tuple[str, ...] = ()
-    relay_limits: RelayLimits = RelayLimits()
-    # Sent as the request's ``dag_ids`` when set (see docs/protocol.md, "dag_ids"): runtimes of
-    # the current protocol ignore it; older Go/Java runtimes answer only these Dags.
-    dag_ids: tuple[str, ...] | None = Field(default=None, max_length=MAX_REQUEST_DAG_IDS)
+    relay_limits: RelayLimits = field(default_factory=RelayLimits)
+    dag_ids: tuple[str, ...] | None = None
 
-    @field_validator("dag_ids")
-    @classmethod
-    def _dag_ids(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        if value is None:
-            return None
-        for dag_id in value:
-            if not dag_id or len(dag_id) > ID_LENGTH or "\x00" in dag_id:
-                raise ValueError(f"a dag_id must be 1 to {ID_LENGTH} characters without NUL")
-        return tuple(sorted(set(value)))
+    def __post_init__(self) -> None:
+        if _plainly_valid(self):
+            for name in _SECONDS:
+                object.__setattr__(self, name, float(getattr(self, name)))
+            if self.dag_ids is not None:
+                object.__setattr__(self, "dag_ids", tuple(sorted(set(self.dag_ids))))
+            return
+        from taskhandler_operator.protocol.options import ProbeOptions
+
+        checked = ProbeOptions(**{f.name: getattr(self, f.name) for f in fields(self)})
+        for f in fields(self):
+            object.__setattr__(self, f.name, getattr(checked, f.name))
 
     @property
     def effective_bundle_root(self) -> Path:
@@ -65,6 +72,40 @@ class ProbeConfig(BaseModel):
     @property
     def effective_bundle_name(self) -> str:
         return self.bundle_name or self.effective_bundle_root.name or "bundle"
+
+
+_SECONDS = ("answer_timeout", "connect_timeout", "exit_grace")
+
+
+def _number(value: object) -> bool:
+    return type(value) is float or type(value) is int
+
+
+def _plainly_valid(config: ProbeConfig) -> bool:
+    """Every option of the type ProbeOptions declares and within its bounds (else it decides)."""
+    dag_ids = config.dag_ids
+    return (
+        isinstance(config.artifact, Path)
+        and isinstance(config.language, Language)
+        and (config.bundle_root is None or isinstance(config.bundle_root, Path))
+        and (config.bundle_name is None or type(config.bundle_name) is str)
+        and all(_number(getattr(config, n)) and getattr(config, n) > 0 for n in _SECONDS)
+        and type(config.max_frame_size) is int
+        and config.max_frame_size >= 64
+        and type(config.java) is str
+        and type(config.node) is str
+        and type(config.jvm_args) is tuple
+        and all(type(arg) is str for arg in config.jvm_args)
+        and type(config.relay_limits) is RelayLimits
+        and (
+            dag_ids is None
+            or (
+                type(dag_ids) is tuple
+                and len(dag_ids) <= MAX_REQUEST_DAG_IDS
+                and all(type(d) is str and dag_id_problem(d) is None for d in dag_ids)
+            )
+        )
+    )
 
 
 def build_command(

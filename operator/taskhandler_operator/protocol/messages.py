@@ -23,7 +23,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from taskhandler_operator.protocol.plain import RESULT_TYPES, RUNTIME_REQUEST_TYPES, InvalidMessage
 from taskhandler_operator.records import TaskHandlers, contains_nul
+
+__all__ = [
+    "RESULT_TYPES",
+    "RUNTIME_REQUEST_TYPES",
+    "ErrorResponse",
+    "InvalidMessage",
+    "RuntimeRequest",
+    "TaskHandlerParseRequest",
+    "TaskHandlerParsingResult",
+    "parse_runtime_message",
+]
 
 
 class _Wire(BaseModel):
@@ -91,30 +103,6 @@ class ErrorResponse(_Wire):
     detail: dict[str, Any] | None = None
 
 
-# Requests a runtime may send to its supervisor (Airflow's ToManager union, minus the results).
-# A probe has no Airflow client, so the driver answers each of them with an ErrorResponse; the
-# models keep their payload loosely so that any SDK's spelling validates.
-RUNTIME_REQUEST_TYPES: frozenset[str] = frozenset(
-    {
-        "GetConnection",
-        "GetVariable",
-        "GetVariableKeys",
-        "PutVariable",
-        "DeleteVariable",
-        "GetTaskStates",
-        "GetTICount",
-        "GetPrevSuccessfulDagRun",
-        "GetPreviousDagRun",
-        "GetPreviousTI",
-        "GetXCom",
-        "GetXComCount",
-        "GetXComSequenceItem",
-        "GetXComSequenceSlice",
-        "MaskSecret",
-    }
-)
-
-
 class RuntimeRequest(BaseModel):
     """One of the ``Get*``/``Put*`` requests; fields vary per type and are kept as sent."""
 
@@ -128,15 +116,6 @@ class RuntimeRequest(BaseModel):
         if value not in RUNTIME_REQUEST_TYPES:
             raise ValueError(f"unknown request type {value!r}")
         return value
-
-
-RESULT_TYPES: frozenset[str] = frozenset(
-    {"TaskHandlerParsingResult", "SDKTaskHandlerParsingResult"}
-)
-
-
-class InvalidMessage(ValueError):
-    """A frame body that does not validate as any message a runtime may send."""
 
 
 def parse_runtime_message(body: object) -> TaskHandlerParsingResult | RuntimeRequest:

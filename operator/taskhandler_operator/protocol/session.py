@@ -33,13 +33,15 @@ from taskhandler_operator.protocol.launch import (
     build_command,
     runtime_environment,
 )
-from taskhandler_operator.protocol.messages import (
-    ErrorResponse,
+from taskhandler_operator.protocol.plain import (
     InvalidMessage,
-    RuntimeRequest,
-    TaskHandlerParseRequest,
-    TaskHandlerParsingResult,
-    parse_runtime_message,
+    LogStats,
+    PlainResult,
+    ProbeErrorKind,
+    RuntimeRequestType,
+    error_response,
+    parse_request_body,
+    read_runtime_message,
 )
 from taskhandler_operator.protocol.process_tree import (
     ChildSubreaper,
@@ -48,7 +50,6 @@ from taskhandler_operator.protocol.process_tree import (
     reap_orphans,
 )
 from taskhandler_operator.protocol.relay import RelayBudget, relay_stream
-from taskhandler_operator.protocol.summary import LogStats, ProbeErrorKind
 
 __all__ = ["ProbeFailure", "ProbeSession", "ProbeWarning", "ms_since"]
 
@@ -145,7 +146,7 @@ class ProbeSession:
         self.budget = RelayBudget(config.relay_limits)
         self.process: asyncio.subprocess.Process | None = None
         self.tracker: ProcessTracker | None = None
-        self.result: TaskHandlerParsingResult | None = None
+        self.result: PlainResult | None = None
         self.result_received = asyncio.Event()
         self.warnings: list[ProbeWarning] = []
         self._subreaper = ChildSubreaper()
@@ -181,7 +182,7 @@ class ProbeSession:
 
     # -- the probe --------------------------------------------------------------------------
 
-    async def run(self) -> TaskHandlerParsingResult:
+    async def run(self) -> PlainResult:
         try:
             result = await self._run()
         except ProbeFailure:
@@ -203,7 +204,7 @@ class ProbeSession:
             )
         return result
 
-    async def _run(self) -> TaskHandlerParsingResult:
+    async def _run(self) -> PlainResult:
         comm, logs = self._listeners
         await comm.start()
         await logs.start()
@@ -211,14 +212,14 @@ class ProbeSession:
         comm_reader, comm_writer = await self._connect()
         dag_ids = list(self.config.dag_ids) if self.config.dag_ids is not None else None
         self.log.info("sending parse request", dag_ids=dag_ids)
-        request = TaskHandlerParseRequest(
+        request = parse_request_body(
             file=str(self.config.artifact.absolute()),
             bundle_path=str(self.config.effective_bundle_root),
             bundle_name=self.config.effective_bundle_name,
             dag_ids=dag_ids,
         )
         requested = self._requested_at = time.monotonic()
-        await self._send(comm_writer, ResponseFrame(0, request.to_body()))
+        await self._send(comm_writer, ResponseFrame(0, request))
         self._comm_task = asyncio.create_task(self._serve_comm(comm_reader, comm_writer))
         self._tasks.append(asyncio.create_task(self._snapshot_periodically()))
         await self._await_result(requested)
@@ -439,13 +440,13 @@ class ProbeSession:
                 ProbeErrorKind.INVALID_FRAME, f"The runtime sent an invalid frame: {exc}"
             ) from exc
         try:
-            message = parse_runtime_message(frame.body)
+            message = _read_message(frame.body)
         except InvalidMessage as exc:
             raise ProbeFailure(
                 ProbeErrorKind.INVALID_MESSAGE,
                 f"The runtime sent a message that does not validate: {exc}",
             ) from exc
-        if isinstance(message, RuntimeRequest):
+        if isinstance(message, RuntimeRequestType):
             self.log.info("answered a runtime request with an error", request=message.type)
             detail = {"message": NO_CLIENT_DETAIL.format(kind=message.type)}
             await self._send(writer, ResponseFrame(frame.id, error=_error(detail)))
@@ -624,9 +625,22 @@ class ProbeSession:
         return unkillable
 
 
+def _read_message(body: object) -> PlainResult | RuntimeRequestType:
+    """A runtime's message: plainly (plain.py) when it can be, else by the pydantic models,
+    imported only then, which coerce or name what is wrong exactly as the operator's side."""
+    message = read_runtime_message(body)
+    if message is not None:
+        return message
+    from taskhandler_operator.protocol import messages
+
+    model = messages.parse_runtime_message(body)  # raises InvalidMessage
+    assert isinstance(model, messages.TaskHandlerParsingResult)
+    return PlainResult(model.model_dump(mode="json"))
+
+
 def _pid_list(pids: Sequence[int]) -> str:
     return ", ".join(str(pid) for pid in pids[:8])
 
 
 def _error(detail: dict[str, str]) -> dict[str, object]:
-    return ErrorResponse(detail=detail).model_dump(mode="json")
+    return error_response(detail)

@@ -13,10 +13,8 @@ newline) equals ``summary.result_sha256`` (:func:`accept_result`).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable
-from enum import IntEnum, StrEnum
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -37,6 +35,16 @@ from taskhandler_operator.limits import (
 )
 from taskhandler_operator.protocol.messages import TaskHandlerParsingResult
 
+# Shared with the probe pod's pydantic-free side (plain.py), so both name the same values.
+from taskhandler_operator.protocol.plain import (
+    RESULT_MARKER,
+    ExitCode,
+    ProbeErrorKind,
+    ProbeWarningKind,
+    sha256_text,
+)
+from taskhandler_operator.protocol.plain import shorten as _shorten
+
 __all__ = [
     "RESULT_MARKER",
     "ExitCode",
@@ -53,49 +61,6 @@ __all__ = [
     "find_result_line",
     "result_line",
 ]
-
-RESULT_MARKER = "----- taskhandler-operator probe result -----"
-
-
-class ExitCode(IntEnum):
-    """Exit status of ``taskhandler-operator probe``."""
-
-    OK = 0
-    PROBE_FAILED = 1  # the runtime misbehaved or did not answer
-    ARTIFACT_REFUSED = 3  # verification failed; nothing was run
-    DRIVER_ERROR = 4  # the runtime could not be launched, or the driver itself failed
-
-
-class ProbeErrorKind(StrEnum):
-    ARTIFACT_REFUSED = "artifact_refused"
-    LAUNCH_FAILED = "launch_failed"
-    EXITED_BEFORE_CONNECT = "exited_before_connect"
-    CONNECT_TIMEOUT = "connect_timeout"
-    ANSWER_TIMEOUT = "answer_timeout"
-    EXITED_WITHOUT_RESULT = "exited_without_result"
-    INVALID_FRAME = "invalid_frame"
-    FRAME_TOO_LARGE = "frame_too_large"
-    INVALID_MESSAGE = "invalid_message"
-    DUPLICATE_RESULT = "duplicate_result"
-    EXIT_TIMEOUT = "exit_timeout"
-    EXIT_STATUS = "exit_status"
-    PROCESSES_LEFT = "processes_left"
-    DRIVER_ERROR = "driver_error"
-
-    @property
-    def exit_code(self) -> ExitCode:
-        if self is ProbeErrorKind.ARTIFACT_REFUSED:
-            return ExitCode.ARTIFACT_REFUSED
-        if self in (ProbeErrorKind.LAUNCH_FAILED, ProbeErrorKind.DRIVER_ERROR):
-            return ExitCode.DRIVER_ERROR
-        return ExitCode.PROBE_FAILED
-
-
-class ProbeWarningKind(StrEnum):
-    """Something wrong that does not cost a valid, acknowledged answer (docs/protocol.md)."""
-
-    EXIT_TIMEOUT = "exit_timeout"  # did not exit within the grace; killed, answer kept
-    EMPTY_ANSWER = "empty_answer"  # registered no task handler at all
 
 
 class _Model(BaseModel):
@@ -197,27 +162,6 @@ class ProbeSummary(_Model):
         return self.model_dump_json(exclude_none=True)
 
 
-def _encoded_size(text: str) -> int:
-    return len(json.dumps(text, ensure_ascii=False).encode("utf-8"))
-
-
-def _shorten(text: str, limit: int, *, keep_end: bool = False) -> str:
-    """``text`` cut, with an ellipsis, so that its JSON string takes at most ``limit`` bytes."""
-    if _encoded_size(text) <= limit:
-        return text
-    low, high = 0, len(text)  # binary search for the longest piece that fits
-    while low < high:
-        middle = (low + high + 1) // 2
-        piece = text[-middle:] if keep_end else text[:middle]
-        if _encoded_size(piece + "…") <= limit:
-            low = middle
-        else:
-            high = middle - 1
-    if keep_end:
-        return "…" + text[len(text) - low :]
-    return text[:low] + "…"
-
-
 def result_line(result: TaskHandlerParsingResult) -> str:
     """The one-line JSON form of a result that follows :data:`RESULT_MARKER` in the log.
 
@@ -225,10 +169,6 @@ def result_line(result: TaskHandlerParsingResult) -> str:
     unescaped and which some line splitters (Python's ``str.splitlines``) treat as line ends.
     """
     return json.dumps(result.model_dump(mode="json"), ensure_ascii=True, separators=(",", ":"))
-
-
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 class ResultRejected(ValueError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from pathlib import Path
 
@@ -136,7 +137,7 @@ def test_config_defaults_and_bundle_naming() -> None:
     assert config.max_frame_size == 16 * 1024 * 1024
     assert config.effective_bundle_root == Path("/srv/bundles/etl/bin")
     assert config.effective_bundle_name == "bin"
-    named = config.model_copy(update={"bundle_root": Path("/srv/b"), "bundle_name": "etl"})
+    named = dataclasses.replace(config, bundle_root=Path("/srv/b"), bundle_name="etl")
     assert (named.effective_bundle_root, named.effective_bundle_name) == (Path("/srv/b"), "etl")
 
 
@@ -151,7 +152,7 @@ def test_config_defaults_and_bundle_naming() -> None:
 )
 def test_config_rejects_bad_limits(field: str, value: float, message: str) -> None:
     with pytest.raises(ValidationError) as info:
-        ProbeConfig(artifact=Path("a"), language=Language.GO, **{field: value})
+        ProbeConfig(artifact=Path("a"), language=Language.GO, **{field: value})  # type: ignore[arg-type]
     assert message in str(info.value)
 
 
