@@ -322,7 +322,7 @@ def test_entry_point_is_the_command_the_chart_and_the_probe_jobs_run(target: str
     entry = [json.loads(a) for w, a in IMAGE.steps(target) if w == "ENTRYPOINT"]
     assert entry[-1] == ["taskhandler-operator"]
     assert probe_command(request())[0] == fetch_command(request())[0] == entry[-1][0]
-    for template in ("deployment.yaml", "migration-job.yaml"):
+    for template in ("_deployment.tpl", "migration-job.yaml"):  # every shard's Deployment
         text = (TEMPLATES / template).read_text(encoding="utf-8")
         commands = re.findall(r"^\s*command: (\[.*\])$", text, flags=re.M)
         assert [yaml.safe_load(c) for c in commands] == [entry[-1]], template
