@@ -23,8 +23,8 @@ One run measures, each against a baseline measured in the same run where one app
   the database, every statement the server executed, BEGIN/COMMIT included), operator
   CPU-seconds per pass (psutil, process and children, target ≤ 20 ms), peak RSS (the kernel's
   VmHWM, target ≤ 256 MiB, the chart's memory request) and apiserver requests per pass by
-  verb (the apiserver's own ``apiserver_request_total``; target: no writes). Passes are the operator's own
-  ``taskhandler_operator_reconcile_duration_seconds_count``;
+  verb (the apiserver's own ``apiserver_request_total``; target: no writes). Passes are the
+  operator's own ``taskhandler_operator_reconcile_duration_seconds_count``;
 * **the unchanged pass with a publish policy**: a third smaller set, as many bundles and
   artifacts as the first of the two above (which sets no ``spec.publish``: today's
   ``Automatic``), with ``spec.publish.policy: NoRemoval`` (issue 23): its CPU and SQL statements
