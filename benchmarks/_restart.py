@@ -140,9 +140,15 @@ def _converge(op: OperatorProcess, names: Sequence[str], what: str) -> dict[str,
     first_ready: dict[str, float] = {}
     last_report = [0.0]
 
+    exited: list[float] = []
+
     def done() -> bool:
         if not op.alive():
-            raise RuntimeError(f"the operator exited:\n{op.tail()}")
+            # Reported, not raised: the other phases' figures stay (a starved event loop once
+            # lost the Lease here, and a deposed leader exits).
+            exited.append(time.monotonic() - started)
+            log(f"{what}: the operator exited:\n{op.tail()}")
+            return True
         seen = per_bundle(op)
         if seen is None:
             return False
@@ -159,9 +165,16 @@ def _converge(op: OperatorProcess, names: Sequence[str], what: str) -> dict[str,
         return len(first_pass) == len(names) and len(first_ready) == len(names)
 
     wait_until(f"{what}: every bundle's first pass", done, max(900.0, len(names) * 3.0), 1.0)
-    passes_done = max(first_pass.values())
+    if exited:
+        return {
+            "exited_after_seconds": round(exited[0], 1),
+            "first_passes_before_exit": len(first_pass),
+            "all_first_passes_seconds": None,
+            "first_ready_seconds": round(min(first_ready.values(), default=-1.0), 1),
+            "last_ready_seconds": None,
+        }
     return {
-        "all_first_passes_seconds": round(passes_done, 1),
+        "all_first_passes_seconds": round(max(first_pass.values()), 1),
         "first_ready_seconds": round(min(first_ready.values()), 1),
         "last_ready_seconds": round(max(first_ready.values()), 1),
         "first_passes_within_60s": sum(1 for s in first_pass.values() if s <= 60.0),
@@ -189,18 +202,20 @@ def restart_phase(
     try:
         first.start()
         cold = _converge(first, names, f"{label} cold")
-        # Every status stored Ready: what a failover or an upgrade finds.
-        wait_until(
-            f"{label}: every status Ready",
-            lambda: all(is_ready(i.get("status") or {}) for i in list_bundles(api, namespace)),
-            300,
-            2.0,
-        )
-        log(f"{label}: cold start converged in {cold['all_first_passes_seconds']:.0f}s")
-        first.stop()  # SIGTERM: the Lease is released, as at a rolling upgrade
-        second.start()
-        again = _converge(second, names, f"{label} restarted")
-        log(f"{label}: restart converged in {again['all_first_passes_seconds']:.0f}s")
+        log(f"{label}: cold start: {cold}")
+        again: dict[str, Any] = {}
+        if cold["all_first_passes_seconds"] is not None:
+            # Every status stored Ready: what a failover or an upgrade finds.
+            wait_until(
+                f"{label}: every status Ready",
+                lambda: all(is_ready(i.get("status") or {}) for i in list_bundles(api, namespace)),
+                300,
+                2.0,
+            )
+            first.stop()  # SIGTERM: the Lease is released, as at a rolling upgrade
+            second.start()
+            again = _converge(second, names, f"{label} restarted")
+            log(f"{label}: restart: {again}")
     finally:
         first.stop()
         second.stop()
@@ -215,9 +230,26 @@ def restart_phase(
     }
 
 
+def _exited(scale: str, what: str, run: dict[str, Any], target: str) -> dict[str, Any]:
+    return {
+        "measure": f"{what} {scale}: every bundle's first pass",
+        "measured": (
+            f"the operator exited after {run['exited_after_seconds']:.0f} s, "
+            f"{run['first_passes_before_exit']} first passes done"
+        ),
+        "target": target,
+        "result": "FAIL",
+    }
+
+
 def restart_rows(restart: dict[str, Any]) -> list[dict[str, Any]]:
     scale = f"{restart['bundles']} x {restart['artifacts_per_bundle']}"
     cold, again = restart["cold"], restart["restart"]
+    target = f"<= {TARGET_RESTART_S:g} s"
+    if cold["all_first_passes_seconds"] is None:
+        return [_exited(scale, "cold start", cold, "-")]
+    if again["all_first_passes_seconds"] is None:
+        return [_exited(scale, "restart", again, target)]
     return [
         {
             "measure": f"cold start {scale}: every bundle's first pass (binding)",
@@ -237,7 +269,7 @@ def restart_rows(restart: dict[str, Any]) -> list[dict[str, Any]]:
                 f" {again['cpu_seconds_to_converge']:.0f} CPU-s; peak RSS "
                 f"{again['peak_rss_mib_at_convergence']:.0f} MiB)"
             ),
-            "target": f"<= {TARGET_RESTART_S:g} s",
+            "target": target,
             "result": "PASS" if again["all_first_passes_seconds"] <= TARGET_RESTART_S else "FAIL",
         },
     ]
