@@ -143,9 +143,9 @@ def test_sources_benchmark_runs(tmp_path: Path) -> None:
 
 
 @pytest.mark.kube
-# The benchmark's own bound (run_benchmark) and a margin; it has seven phases (the policy
-# comparison added about 30 s).
-@pytest.mark.timeout(780)
+# The benchmark's own bound (run_benchmark) and a margin; it has eight phases (the policy
+# comparison added about 30 s, the restart's two operator starts about 60 s).
+@pytest.mark.timeout(840)
 def test_operator_benchmark_runs(tmp_path: Path) -> None:
     document = run_benchmark(
         "operator",
@@ -153,7 +153,7 @@ def test_operator_benchmark_runs(tmp_path: Path) -> None:
         *("--interval", "10s", "--window", "15", "--settle", "2", "--workdir", str(tmp_path)),
         *("--watch-probes", "2", "--watch-log-mib", "2", "--watch-seconds", "3"),
         results=tmp_path / "results",
-        timeout=720,
+        timeout=780,
     )
     # Shape only: every target has a verdict, and the steady state probed nothing.
     targets = document["targets"]
@@ -191,6 +191,14 @@ def test_operator_benchmark_runs(tmp_path: Path) -> None:
     assert isinstance(reference, dict) and reference["median_ms"] > 0
     cpu_rows = [r for r in targets if str(r["measure"]).endswith("operator CPU per pass")]
     assert cpu_rows and all("x the reference" in str(r["measured"]) for r in cpu_rows)
+    # The restart: every bundle's first pass seen twice, in the first operator and the next.
+    restart = document["restart"]
+    assert isinstance(restart, dict) and restart["bundles"] == 3
+    for run in (restart["cold"], restart["restart"]):
+        assert 0 < run["first_ready_seconds"] <= run["last_ready_seconds"]
+        assert run["all_first_passes_seconds"] > 0 and run["peak_rss_mib_at_convergence"] > 0
+    restart_rows = [r for r in targets if str(r["measure"]).startswith("restart ")]
+    assert len(restart_rows) == 1 and restart_rows[0]["result"] in {"PASS", "FAIL"}
     # Probe Jobs followed by watches: both Jobs seen, the operator's own requests counted by the
     # apiserver's audit log (a create and a log read each at least), RSS read before and after.
     watch = document["watch"]

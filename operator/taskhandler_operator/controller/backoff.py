@@ -7,6 +7,8 @@ Pure scheduling helpers for the per-bundle reconciler (one long-lived coroutine 
   all retry in the same second and fail together again.
 * :class:`Wakeup` lets event handlers wake a sleeping reconciler early (spec change, Job event,
   reconcile-now annotation) without losing a wake-up that arrives while a pass is running.
+* :class:`PassGate` lets at most a few whole passes run at once (the first pass of every
+  bundle after a start, passes after a change); the unchanged pass never waits for it.
 * :class:`JobSlots` counts probe Jobs against a global and a per-bundle cap. Jobs outlive the
   coroutine that created them (and the operator process), so the cap counts Jobs observed in
   the cluster rather than holding an ``asyncio.Semaphore`` across a Job's life.
@@ -20,7 +22,7 @@ import asyncio
 import contextlib
 import enum
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -194,6 +196,47 @@ class Wakeups:
 
     def __len__(self) -> int:
         return len(self._by_bundle)
+
+
+#: Whole passes at once (:class:`PassGate`). Each holds its listing, the recorded answers and the
+#: validation of every Dag of the inventory until it writes, and CPython keeps the arenas they
+#: grew: at start-up a thousand of them at once set the process's peak RSS. A few at a time keep
+#: the event loop, the worker threads and the database pool (5 connections plus 10) busy.
+WHOLE_PASSES = 8
+
+
+@dataclass
+class GateTicket:
+    """One pass's place at the :class:`PassGate`; :meth:`release` gives it back early (a pass
+    that starts waiting for probe Jobs must not hold up every other bundle). Idempotent."""
+
+    semaphore: asyncio.Semaphore | None = None
+    held: bool = False
+
+    def release(self) -> None:
+        if self.held and self.semaphore is not None:
+            self.held = False
+            self.semaphore.release()
+
+
+class PassGate:
+    """At most ``limit`` whole passes at once; a pass expected to keep its last outcome (the
+    unchanged pass) passes without waiting. ``limit`` 0: no limit."""
+
+    def __init__(self, limit: int = WHOLE_PASSES) -> None:
+        self.limit = limit
+        self._semaphore = asyncio.Semaphore(limit) if limit > 0 else None
+
+    @contextlib.asynccontextmanager
+    async def hold(self, whole: bool = True) -> AsyncIterator[GateTicket]:
+        ticket = GateTicket(self._semaphore if whole else None)
+        if ticket.semaphore is not None:
+            await ticket.semaphore.acquire()
+            ticket.held = True
+        try:
+            yield ticket
+        finally:
+            ticket.release()
 
 
 @dataclass

@@ -36,6 +36,7 @@ from taskhandler_operator.artifacts.models import Candidate
 from taskhandler_operator.controller.backoff import (
     SHARED_RANDOM,
     Backoff,
+    GateTicket,
     ProbeRetries,
     RetryState,
     jittered,
@@ -226,6 +227,8 @@ class BundleMemory:
     # The last pass that changed nothing, kept while (generation, reconcile-now) stay the same.
     unchanged: PassMemory = field(default_factory=PassMemory)
     trigger: tuple[Any, ...] | None = None
+    # The running pass's place at the whole-pass gate, given back when it starts probing.
+    gate: GateTicket | None = None
 
     def pass_memory(
         self, generation: int, requested_at: str | None, *control: str | None
@@ -521,6 +524,8 @@ class StatusProgress:
     written: TaskHandlerBundleStatus | None = None
 
     async def probing(self, revision: str, candidates: Sequence[Candidate]) -> None:
+        if self.memory.gate is not None:
+            self.memory.gate.release()  # Jobs take minutes: let other bundles' passes run
         # An artifact waiting out its probe back-off gets no Job in this pass: not news.
         now = time.monotonic()
         retries = self.memory.probe_retries
@@ -622,8 +627,13 @@ async def run_bundle(
             # The pass's inputs and report live in _one_pass's frame only, so nothing of them
             # outlives the pass: this coroutine sleeps for most of its life, once per bundle.
             # Liveness counts a pass that never ends, never the sleep between passes.
-            with runtime.reconciler_heartbeat.busy((namespace, name)):
-                sleep = await _one_pass(get_body, runtime, memory, rand)
+            # A pass with no kept outcome takes the whole path: it waits for the gate first
+            # (outside the liveness mark: waiting is not a pass that never ends).
+            whole = memory.unchanged.outcome is None
+            async with runtime.whole_passes.hold(whole) as memory.gate:
+                with runtime.reconciler_heartbeat.busy((namespace, name)):
+                    sleep = await _one_pass(get_body, runtime, memory, rand)
+            memory.gate = None
             if stopped():
                 return
             reasons = await wakeup.sleep_or_wake(sleep)

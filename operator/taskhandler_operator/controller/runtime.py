@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from taskhandler_operator.airflow.serialized import DagStubs
 from taskhandler_operator.artifacts.models import Language
-from taskhandler_operator.controller.backoff import BundleKey, JobSlots, Wakeups
+from taskhandler_operator.controller.backoff import BundleKey, JobSlots, PassGate, Wakeups
 from taskhandler_operator.controller.health import (
     HealthServer,
     HealthState,
@@ -209,6 +209,8 @@ class OperatorRuntime:
     fence: Fence
     volumes: VolumeAccess = field(default_factory=VolumeAccess)
     holds: Holds = field(default_factory=Holds)
+    # Whole passes at once: a start's thousand first passes one after another, not all at once.
+    whole_passes: PassGate = field(default_factory=PassGate)
 
     @property
     def runtime_images(self) -> dict[Language, str]:

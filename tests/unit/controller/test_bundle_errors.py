@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from taskhandler_operator.controller import bundle as bundle_module
+from taskhandler_operator.controller.backoff import PassGate
 from taskhandler_operator.controller.bundle import (
     BundleInputs,
     BundleMemory,
@@ -133,6 +134,7 @@ def runtime(api: FakeApiserver, wakeup: Wakeup) -> Any:
         metrics=Metrics(),
         wakeups=SimpleNamespace(get=lambda ns, name: wakeup, discard=lambda ns, name: None),
         reconciler_heartbeat=PassWatch("reconcilers", 60.0),
+        whole_passes=PassGate(),
         poller=nothing,
         slots=nothing,
         revisions=None,

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from taskhandler_operator.controller import bundle
+from taskhandler_operator.controller.backoff import PassGate
 from taskhandler_operator.controller.bundle import (
     BundleInputs,
     BundleMemory,
@@ -67,6 +68,7 @@ def fake_runtime(wakeup: FakeWakeup) -> Any:
     return SimpleNamespace(
         wakeups=SimpleNamespace(get=lambda ns, name: wakeup, discard=lambda ns, name: None),
         reconciler_heartbeat=PassWatch("reconcilers", 60.0),
+        whole_passes=PassGate(),
         poller=nothing,
         slots=nothing,
     )

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from taskhandler_operator.controller import bundle
+from taskhandler_operator.controller.backoff import PassGate
 from taskhandler_operator.controller.bundle import BundleInputs, BundleMemory, PassReport
 from taskhandler_operator.controller.health import HealthState, Heartbeat, PassWatch, tick
 from taskhandler_operator.kube.status import TaskHandlerBundleStatus
@@ -139,6 +140,7 @@ def test_a_bundle_daemon_counts_its_passes_not_its_sleeps(monkeypatch: pytest.Mo
     runtime: Any = SimpleNamespace(
         wakeups=SimpleNamespace(get=lambda ns, name: wakeup, discard=lambda ns, name: None),
         reconciler_heartbeat=watch,
+        whole_passes=PassGate(),
         poller=nothing,
         slots=nothing,
     )

@@ -1,0 +1,137 @@
+"""The whole-pass gate (controller/backoff.py: PassGate, used by controller/bundle.py:
+run_bundle): a start's first passes run a few at a time, not a thousand at once (their peak RSS,
+docs/operations.md); a pass that keeps its last outcome never waits; a pass that starts probing
+gives its place back."""
+
+from __future__ import annotations
+
+import asyncio
+from functools import partial
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from taskhandler_operator.controller import bundle
+from taskhandler_operator.controller.backoff import PassGate
+from taskhandler_operator.controller.bundle import (
+    BundleInputs,
+    BundleMemory,
+    PassReport,
+    StatusProgress,
+    run_bundle,
+)
+from taskhandler_operator.controller.health import PassWatch
+from taskhandler_operator.kube.status import TaskHandlerBundleStatus
+
+
+class Wakeup:
+    def __init__(self, passes: int) -> None:
+        self.left = passes
+
+    def collect(self) -> None:
+        pass
+
+    async def sleep_or_wake(self, seconds: float) -> tuple[str, ...]:
+        self.left -= 1
+        await asyncio.sleep(0)
+        return ()
+
+
+def runtime(gate: PassGate, wakeups: dict[str, Wakeup]) -> Any:
+    nothing = SimpleNamespace(forget=lambda key: None)
+    return SimpleNamespace(
+        wakeups=SimpleNamespace(get=lambda ns, name: wakeups[name], discard=lambda ns, n: None),
+        reconciler_heartbeat=PassWatch("reconcilers", 60.0),
+        whole_passes=gate,
+        poller=nothing,
+        slots=nothing,
+    )
+
+
+def body(name: str) -> dict[str, Any]:
+    return {"metadata": {"namespace": "ns", "name": name, "uid": name}, "spec": {}}
+
+
+def report() -> PassReport:
+    return PassReport(TaskHandlerBundleStatus(), written=False, retry_in=None, interval=60.0)
+
+
+def test_at_most_the_limit_of_first_passes_run_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    running, most, done = [0], [0], []
+
+    async def whole_pass(inputs: BundleInputs, rt: Any, memory: BundleMemory) -> PassReport:
+        running[0] += 1
+        most[0] = max(most[0], running[0])
+        await asyncio.sleep(0.01)
+        running[0] -= 1
+        done.append(inputs.name)
+        return report()
+
+    monkeypatch.setattr(bundle, "reconcile_bundle", whole_pass)
+    wakeups = {f"b{i}": Wakeup(1) for i in range(10)}
+    rt = runtime(PassGate(3), wakeups)
+
+    def stopped(name: str) -> bool:
+        return wakeups[name].left <= 0
+
+    async def main() -> None:
+        await asyncio.gather(
+            *(run_bundle(partial(body, n), rt, partial(stopped, n)) for n in wakeups)
+        )
+
+    asyncio.run(main())
+    assert sorted(done) == sorted(wakeups)
+    assert most[0] == 3
+
+
+def test_a_pass_that_keeps_its_outcome_does_not_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = PassGate(1)
+    passes: list[str] = []
+    first: list[asyncio.Event] = []
+
+    async def keeping_pass(inputs: BundleInputs, rt: Any, memory: BundleMemory) -> PassReport:
+        passes.append("whole" if memory.gate is not None and memory.gate.held else "kept")
+        memory.unchanged.outcome = object()  # type: ignore[assignment]  # what a kept pass leaves
+        first[0].set()
+        return report()
+
+    monkeypatch.setattr(bundle, "reconcile_bundle", keeping_pass)
+    wakeups = {"a": Wakeup(2)}
+
+    async def main() -> None:
+        first.append(asyncio.Event())
+        loop = run_bundle(lambda: body("a"), runtime(gate, wakeups), lambda: wakeups["a"].left <= 0)
+        task = asyncio.create_task(loop)
+        await first[0].wait()
+        # Someone else's whole pass holds the only place: the kept pass runs all the same.
+        async with gate.hold():
+            await asyncio.wait_for(task, 5)
+
+    asyncio.run(main())
+    assert passes == ["whole", "kept"]
+
+
+def test_a_pass_that_starts_probing_gives_its_place_back() -> None:
+    gate = PassGate(1)
+
+    async def main() -> bool:
+        async with gate.hold() as ticket:
+            memory = BundleMemory(gate=ticket)
+            inputs = BundleInputs.from_body(body("a"))
+            progress = StatusProgress(inputs, None, memory, TaskHandlerBundleStatus())  # type: ignore[arg-type]
+            await progress.probing("rev", ())
+            # Another bundle's whole pass gets in while this one waits for its Jobs.
+            async with asyncio.timeout(5), gate.hold() as other:
+                return other.held and not ticket.held
+
+    assert asyncio.run(main())
+
+
+def test_no_limit() -> None:
+    async def main() -> bool:
+        gate = PassGate(0)
+        async with gate.hold() as a, gate.hold() as b:
+            return not a.held and not b.held
+
+    assert asyncio.run(main())
