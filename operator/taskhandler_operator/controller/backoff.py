@@ -218,6 +218,13 @@ class GateTicket:
             self.held = False
             self.semaphore.release()
 
+    async def reacquire(self) -> None:
+        """Take the place again after giving it back for a wait that is not the pass's own work
+        (its source sync); a ticket that never had one (an unchanged pass, no limit) has none."""
+        if self.semaphore is not None and not self.held:
+            await self.semaphore.acquire()
+            self.held = True
+
 
 class PassGate:
     """At most ``limit`` whole passes at once; a pass expected to keep its last outcome (the

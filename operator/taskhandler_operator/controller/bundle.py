@@ -36,11 +36,13 @@ from taskhandler_operator.artifacts.models import Candidate
 from taskhandler_operator.controller.backoff import (
     SHARED_RANDOM,
     Backoff,
+    BundleKey,
     GateTicket,
     ProbeRetries,
     RetryState,
     jittered,
 )
+from taskhandler_operator.controller.health import PassWatch
 from taskhandler_operator.controller.kubeapi import KubeApiError, NotFound
 from taskhandler_operator.controller.logs import bundle_context, set_revision
 from taskhandler_operator.controller.metrics import Metrics
@@ -81,7 +83,8 @@ from taskhandler_operator.kube.spec import DeletionPolicy, TaskHandlerBundleSpec
 from taskhandler_operator.kube.status import ConditionType, TaskHandlerBundleStatus
 from taskhandler_operator.publication.policy import PublishControl
 from taskhandler_operator.reconcile.errors import Deposed, OwnershipConflict, PassError
-from taskhandler_operator.reconcile.models import BundleSpec
+from taskhandler_operator.reconcile.models import BundleSpec, SyncedRevision
+from taskhandler_operator.reconcile.ports import Syncer
 from taskhandler_operator.reconcile.steps import PassMemory, PassOutcome, PassPorts, run_pass
 from taskhandler_operator.records import BundleOwner
 
@@ -264,6 +267,29 @@ def _stalled_status(
     return bundle_status(old, seen)
 
 
+@dataclass(frozen=True)
+class SyncOutsideGate:
+    """A whole pass's source sync runs without its place at the whole-pass gate: a source that
+    answers slowly or hangs (until the bundle's ``spec.timeout``) is that bundle's problem and
+    must not hold up every other bundle's whole pass. The place is taken again after the sync
+    (a wait the liveness check does not count); a failed sync ends the pass without it."""
+
+    syncer: Syncer
+    memory: BundleMemory
+    watch: PassWatch
+    key: BundleKey
+
+    async def __call__(self, spec: BundleSpec) -> SyncedRevision:
+        ticket = self.memory.gate
+        if ticket is None or not ticket.held:
+            return await self.syncer(spec)
+        ticket.release()
+        revision = await self.syncer(spec)
+        with self.watch.waiting(self.key):
+            await ticket.reacquire()
+        return revision
+
+
 async def reconcile_bundle(
     inputs: BundleInputs, runtime: OperatorRuntime, memory: BundleMemory
 ) -> PassReport:
@@ -328,7 +354,7 @@ async def _reconcile(
     progress = StatusProgress(inputs, runtime, memory, old, syncer, tuple(spec.queues))
     approve, approved_by, rollback = inputs.publish_control()
     ports = PassPorts(
-        syncer=syncer,
+        syncer=SyncOutsideGate(syncer, memory, runtime.reconciler_heartbeat, key),
         prober=prober,
         store=store,
         probe_parallelism=spec.probe.parallelism,

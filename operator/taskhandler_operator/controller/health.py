@@ -146,6 +146,16 @@ class PassWatch:
         finally:
             self._since.pop(key, None)
 
+    @contextlib.contextmanager
+    def waiting(self, key: Hashable) -> Iterator[None]:
+        """Inside :meth:`busy`: the pass of ``key`` waits for its turn (the whole-pass gate),
+        which is not a pass that hangs; its age counts again from the end of the wait."""
+        self._since.pop(key, None)
+        try:
+            yield
+        finally:
+            self._since[key] = self._clock()
+
     def arm(self) -> None:
         self._armed = True
 

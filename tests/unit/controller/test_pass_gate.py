@@ -19,6 +19,7 @@ from taskhandler_operator.controller.bundle import (
     BundleMemory,
     PassReport,
     StatusProgress,
+    SyncOutsideGate,
     run_bundle,
 )
 from taskhandler_operator.controller.health import PassWatch
@@ -135,3 +136,53 @@ def test_no_limit() -> None:
             return not a.held and not b.held
 
     assert asyncio.run(main())
+
+
+def test_a_whole_pass_syncs_its_source_without_its_place() -> None:
+    """A source that hangs (up to the bundle's spec.timeout) holds up only its own bundle: the
+    place is given back during the sync and taken again after it, a wait liveness ignores."""
+    gate = PassGate(1)
+    watch = PassWatch("reconcilers", 60.0)
+    key = ("ns", "slow")
+    answer = asyncio.Event()
+
+    async def hanging_source(spec: Any) -> str:
+        await answer.wait()
+        return "revision"
+
+    async def main() -> tuple[bool, bool, Any, bool]:
+        async with gate.hold() as ticket:
+            memory = BundleMemory(gate=ticket)
+            sync = SyncOutsideGate(hanging_source, memory, watch, key)  # type: ignore[arg-type]
+            with watch.busy(key):
+                syncing = asyncio.create_task(sync(None))  # type: ignore[arg-type]
+                await asyncio.sleep(0)
+                # Another bundle's whole pass runs while this one's source does not answer.
+                async with asyncio.timeout(5), gate.hold() as other:
+                    got_in = other.held and not ticket.held
+                    answer.set()
+                    await asyncio.sleep(0.01)
+                    # The sync is over, but its pass waits for the place: not a hung pass.
+                    waiting_not_counted = watch.running == 0
+                revision = await asyncio.wait_for(syncing, 5)
+                return got_in, waiting_not_counted, revision, ticket.held and watch.running == 1
+
+    got_in, waiting_not_counted, revision, back = asyncio.run(main())
+    assert got_in and waiting_not_counted and revision == "revision" and back
+
+
+def test_an_unchanged_pass_syncs_as_before() -> None:
+    gate = PassGate(1)
+    calls: list[str] = []
+
+    async def source(spec: Any) -> str:
+        calls.append("sync")
+        return "revision"
+
+    async def main() -> Any:
+        async with gate.hold(whole=False) as ticket:
+            memory = BundleMemory(gate=ticket)
+            watch = PassWatch("reconcilers", 60.0)
+            return await SyncOutsideGate(source, memory, watch, ("ns", "a"))(None)  # type: ignore[arg-type]
+
+    assert asyncio.run(main()) == "revision" and calls == ["sync"]
