@@ -13,6 +13,7 @@ appears in a repr, a log or an error message.
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -38,6 +39,12 @@ PullPolicy = Literal["Always", "IfNotPresent", "Never"]
 #: As sources.signing.MIN_KEY_BYTES (settings import nothing of the product's packages).
 MIN_SIGNING_KEY_BYTES = 32
 SECRET_FILE_MAX_BYTES = 64 << 10  # a URL or a key: a larger file is a mistake
+#: How logs, metrics and docs name the shard of the bundles without a shard label (shard "").
+DEFAULT_SHARD = "default"
+#: A shard name is a label value and part of the Lease name (taskhandler-operator-<shard>,
+#: and the chart's object names): a DNS-1123 label short enough for both.
+MAX_SHARD_LENGTH = 40
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
 class SettingsError(ValueError):
@@ -138,6 +145,12 @@ class Settings(BaseSettings):
         default=(),
         description="namespaces to watch, comma-separated; empty means every namespace",
     )
+    shard: str = Field(
+        default="",
+        description="the shard whose TaskHandlerBundles this operator reconciles: the bundles "
+        "labelled langsdk.dev/shard=<shard>; empty (the default shard) takes the bundles "
+        "without that label. A DNS-1123 label of at most 40 characters, not 'default'",
+    )
     cluster_id: str | None = Field(
         default=None,
         min_length=1,
@@ -210,6 +223,28 @@ class Settings(BaseSettings):
 
     _split_namespaces = field_validator("namespaces", mode="before")(_split_list)
     _split_volume_roots = field_validator("volume_roots", mode="before")(_split_list)
+
+    @field_validator("shard")
+    @classmethod
+    def _valid_shard(cls, shard: str) -> str:
+        if not shard:
+            return shard
+        if shard == DEFAULT_SHARD:
+            raise ValueError(
+                f"{shard!r} is reserved: the default shard (the bundles without a shard "
+                "label) is the empty value"
+            )
+        if len(shard) > MAX_SHARD_LENGTH or not _DNS_LABEL.fullmatch(shard):
+            raise ValueError(
+                f"{shard!r} is not a shard name: lower-case letters, digits and '-', starting "
+                f"and ending with a letter or digit, at most {MAX_SHARD_LENGTH} characters"
+            )
+        return shard
+
+    @property
+    def shard_name(self) -> str:
+        """The shard as logs and metrics name it: ``default`` for the default shard."""
+        return self.shard or DEFAULT_SHARD
 
     @field_validator("volume_roots")
     @classmethod

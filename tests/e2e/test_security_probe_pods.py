@@ -357,7 +357,7 @@ def test_probe_pods_are_restricted_tokenless_and_no_secret_leaks(
                 f"http://127.0.0.1:{op.health_port}{path}", timeout=30
             ) as r:
                 places[path] = r.read().decode(errors="replace")
-        assert "taskhandler_operator_leader 1.0" in places["/metrics"]
+        assert 'taskhandler_operator_leader{shard="default"} 1.0' in places["/metrics"]
         # The revision store on disk (a PVC in a cluster, served to probe pods): no credential
         # kept in a git config, a remote URL or anywhere else.
         stored = [p for p in (workdir / "revisions").rglob("*") if p.is_file()]

@@ -25,6 +25,8 @@ from taskhandler_operator.settings import Settings, SettingsError, add_arguments
 if TYPE_CHECKING:
     from taskhandler_operator.kube.probe_job import ProbePodSettings
 
+#: The default shard's Lease (unchanged from before shards); a shard's is ``<this>-<shard>``.
+LEASE_NAME = "taskhandler-operator"
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -61,7 +63,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "or the pod's own namespace)",
     )
     parser.add_argument(
-        "--lease-name", default="taskhandler-operator", help="name of the leader Lease"
+        "--lease-name",
+        default=os.environ.get("THOP_LEASE_NAME") or None,
+        help=f"name of the leader Lease (default: $THOP_LEASE_NAME, else {LEASE_NAME} for the "
+        f"default shard and {LEASE_NAME}-<shard> for a shard)",
     )
     parser.add_argument(
         "--health-host",
@@ -76,6 +81,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=run)
 
 
+def default_lease_name(shard: str) -> str:
+    """The leader Lease of shard ``shard`` ("" is the default shard): each shard elects its own
+    leader, and the database fence is keyed by the Lease, so each has its own term too."""
+    return f"{LEASE_NAME}-{shard}" if shard else LEASE_NAME
+
+
 def run(args: argparse.Namespace) -> int:
     from taskhandler_operator.controller.logs import LogFormat, Redactor, configure
 
@@ -86,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"taskhandler-operator run: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if not args.lease_name:
+        args.lease_name = default_lease_name(settings.shard)
     lease_namespace = args.lease_namespace
     if not lease_namespace and SA_NAMESPACE.is_file():
         lease_namespace = SA_NAMESPACE.read_text().strip()
@@ -196,6 +209,7 @@ async def _main(
     from taskhandler_operator.controller.switchboard import (
         SwitchboardConfig,
         build_registry,
+        bundle_selector,
         configure,
     )
 
@@ -209,7 +223,7 @@ async def _main(
         health_host=args.health_host,
         pod_settings=probe_pod_settings(settings, args.probe_service_account),
     )
-    metrics = Metrics()
+    metrics = Metrics(shard=settings.shard_name)
     health = HealthState()
     election = ElectionConfig(namespace=lease_namespace, name=args.lease_name)
     elector_beat = health.add(Heartbeat("leader-election", settings.liveness_election_seconds))
@@ -234,8 +248,10 @@ async def _main(
     ) as runtime:
         health.started = True
         log.info(
-            "operator started (cluster %s); waiting for the Lease %s/%s",
+            "operator started (cluster %s, shard %s: bundles %s); waiting for the Lease %s/%s",
             cluster_id,
+            settings.shard_name,
+            bundle_selector(settings.shard),
             lease_namespace,
             args.lease_name,
         )
@@ -244,7 +260,7 @@ async def _main(
             if not await _record_term(runtime, elector, lease_namespace, args.lease_name):
                 return  # a newer leader is recorded: the elector steps down
             kopf_settings = kopf.OperatorSettings()
-            configure(kopf_settings)
+            configure(kopf_settings, settings.shard)
             registry = build_registry(SwitchboardConfig(runtime, kubeconfig=args.kubeconfig))
             runtime.reconciler_heartbeat.arm()
             namespaces = list(settings.namespaces)

@@ -46,6 +46,7 @@ class Metrics:
         registry: CollectorRegistry | None = None,
         *,
         clock: Callable[[], float] = time.time,
+        shard: str = "default",
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._clock = clock
@@ -101,9 +102,14 @@ class Metrics:
         )
         self.leader = Gauge(
             f"{PREFIX}_leader",
-            "1 while this replica holds the leader Lease, else 0.",
+            "1 while this replica holds its shard's leader Lease, else 0 (shard: the shard's "
+            "name, default for the default shard).",
+            ["shard"],
             registry=r,
         )
+        # One series from the start (0 until elected), so a standby reports its shard.
+        self._leader = self.leader.labels(shard)
+        self._leader.set(0)
         self.tracked = Gauge(
             f"{PREFIX}_tracked_entries",
             "Entries the operator keeps in memory or on disk per bundle or Job, by structure; "
@@ -178,7 +184,7 @@ class Metrics:
         self.artifact_requests.labels(_word("outcome", outcome)).inc()
 
     def set_leader(self, leading: bool) -> None:
-        self.leader.set(1 if leading else 0)
+        self._leader.set(1 if leading else 0)
 
     def track(self, structure: str, size: Callable[[], float]) -> None:
         """Report ``size()`` (read at every scrape) as the tracked entries of ``structure``."""

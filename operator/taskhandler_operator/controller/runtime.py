@@ -237,7 +237,7 @@ class OperatorRuntime:
                 "THOP_DATABASE_URL_FILE (--database-url-file)"
             )
         redactor = redactor or Redactor()
-        metrics = metrics or Metrics()
+        metrics = metrics or Metrics(shard=settings.shard_name)
         health = health or HealthState()
         wakeups = Wakeups()
         signals = JobSignals()

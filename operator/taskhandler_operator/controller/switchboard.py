@@ -1,7 +1,8 @@
 """The kopf handlers: the only module that imports kopf. Each is a guard and one call.
 
 * ``startup``: kopf's settings (standalone, no scanning, our finalizer and annotation prefix,
-  watch timeouts, Event reporting component, server-side label selector on Jobs).
+  watch timeouts, Event reporting component, server-side label selectors: bundles of this
+  shard only, probe Jobs and pods of every shard).
 * ``login``: explicit kubeconfig or service-account login (never kopf's piggy-backing); the
   service-account login talks to ``$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT`` like
   client-go's in-cluster config, not kopf's fixed ``kubernetes.default.svc`` (which needs
@@ -41,7 +42,13 @@ from taskhandler_operator.db.engine import DatabaseError
 from taskhandler_operator.kube import names
 from taskhandler_operator.kube.probe_job import job_view, pod_job_name, pod_view
 
-__all__ = ["SwitchboardConfig", "bounded_session", "build_registry", "configure"]
+__all__ = [
+    "SwitchboardConfig",
+    "bounded_session",
+    "build_registry",
+    "bundle_selector",
+    "configure",
+]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +58,7 @@ PROBE_LABELS = {names.LABEL_MANAGED_BY: names.MANAGER, names.LABEL_NAME: names.P
 PROBE_SELECTOR = ",".join(f"{key}={value}" for key, value in PROBE_LABELS.items())
 JOBS = ("batch", "v1", "jobs")
 PODS = ("v1", "pods")
+BUNDLES = (names.GROUP, names.VERSION, names.PLURAL)
 FINALIZER = f"{names.GROUP}/finalizer"
 #: Seconds between attempts of a deletion whose database cleanup failed.
 CLEANUP_RETRY = 15
@@ -74,7 +82,13 @@ class SwitchboardConfig:
     daemon_stop_seconds: float = 10.0
 
 
-def configure(settings: kopf.OperatorSettings) -> None:
+def bundle_selector(shard: str) -> str:
+    """The label selector of the bundles shard ``shard`` reconciles ("" is the default shard:
+    the bundles without a shard label)."""
+    return f"{names.LABEL_SHARD}={shard}" if shard else f"!{names.LABEL_SHARD}"
+
+
+def configure(settings: kopf.OperatorSettings, shard: str = "") -> None:
     """kopf's settings for this operator (docs/operator.md explains each)."""
     settings.peering.standalone = True  # leader election is ours (the Lease), not peering
     settings.scanning.disabled = True  # the RBAC grants no CRD/namespace listing
@@ -95,6 +109,11 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.networking.request_timeout = 30
     settings.watching.label_selectors["batch", "jobs"] = JOB_SELECTOR
     settings.watching.label_selectors[PODS] = PROBE_SELECTOR
+    # The apiserver filters the bundles: a bundle of another shard is never sent, decoded or
+    # kept in kopf's memory here. A relabelled bundle leaves the old shard's watch as DELETED.
+    # Probe Jobs and pods stay unfiltered by shard: a shard that takes a bundle over adopts the
+    # Jobs the previous shard created (docs/operator.md, "Shards").
+    settings.watching.label_selectors[BUNDLES] = bundle_selector(shard)
 
 
 def in_cluster_server(env: Mapping[str, str]) -> str | None:
@@ -112,11 +131,11 @@ def in_cluster_server(env: Mapping[str, str]) -> str | None:
 def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     runtime = config.runtime
-    bundles = (names.GROUP, names.VERSION, names.PLURAL)
+    bundles = BUNDLES
 
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
-        configure(settings)
+        configure(settings, runtime.settings.shard)
         # kopf's live indices (passed by their ids); it fills them from its watches before
         # any resource handler runs.
         runtime.signals.attach(kwargs["probe_jobs"], kwargs["probe_pods"])

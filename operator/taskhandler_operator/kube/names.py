@@ -21,6 +21,10 @@ CRD_FILE: Final = f"crds/{CRD_NAME}.yaml"
 # A Kubernetes object name used as a label value must fit a label value (63 characters).
 MAX_BUNDLE_RESOURCE_NAME: Final = 63
 
+# On a TaskHandlerBundle: the shard (operator instance) that reconciles it; without it, the
+# default shard does (docs/operator.md, "Shards").
+LABEL_SHARD: Final = f"{GROUP}/shard"
+
 # Labels on everything the operator creates (probe Jobs and their pods).
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 LABEL_NAME: Final = "app.kubernetes.io/name"

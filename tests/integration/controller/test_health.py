@@ -31,6 +31,9 @@ from taskhandler_operator.controller.leader import ElectionConfig, LeaderElector
 from taskhandler_operator.controller.metrics import Metrics
 from tests.integration.controller.conftest import eventually
 
+#: The leader gauge of the default shard (Metrics() without a shard).
+LEADER = {"shard": "default"}
+
 
 class Clock:
     def __init__(self) -> None:
@@ -258,8 +261,8 @@ async def test_only_the_leader_is_ready(
         leader_index = codes.index(200)
         leader, standby = replicas[leader_index], replicas[1 - leader_index]
         assert leader[0].is_leader and not standby[0].is_leader
-        assert leader[5].registry.get_sample_value("taskhandler_operator_leader") == 1
-        assert standby[5].registry.get_sample_value("taskhandler_operator_leader") == 0
+        assert leader[5].registry.get_sample_value("taskhandler_operator_leader", LEADER) == 1
+        assert standby[5].registry.get_sample_value("taskhandler_operator_leader", LEADER) == 0
 
         leader[0].stop()
         await asyncio.wait_for(leader[3], 30)

@@ -55,9 +55,20 @@ def test_counters_and_gauges(metrics: Metrics) -> None:
     assert value(metrics, "source_errors_total", **b, source="git", kind="unreachable") == 1
     assert value(metrics, "artifact_server_requests_total", outcome="ok") == 1
     assert value(metrics, "artifact_server_requests_total", outcome="bad_signature") == 1
-    assert value(metrics, "leader") == 1
+    assert value(metrics, "leader", shard="default") == 1
     metrics.set_leader(False)
-    assert value(metrics, "leader") == 0
+    assert value(metrics, "leader", shard="default") == 0
+
+
+def test_leader_gauge_names_its_shard_before_the_first_election() -> None:
+    # A standby that never led still reports 0 for its shard, so an alert grouping
+    # by (namespace, shard) sees every shard.
+    metrics = Metrics(CollectorRegistry(), shard="team-a")
+    assert 'taskhandler_operator_leader{shard="team-a"} 0.0' in (
+        generate_latest(metrics.registry).decode()
+    )
+    metrics.set_leader(True)
+    assert value(metrics, "leader", shard="team-a") == 1
 
 
 def test_remove_bundle_drops_only_that_bundles_series(metrics: Metrics) -> None:
