@@ -49,8 +49,7 @@ from taskhandler_operator.kube import names
 from taskhandler_operator.kube.duration import parse_duration
 from taskhandler_operator.records import TaskHandlerArtifact
 
-#: The shard label (SHARDS.md; ``kube/names.py: LABEL_SHARD`` once the operator side lands).
-SHARD_LABEL = f"{names.GROUP}/shard"
+SHARD_LABEL = names.LABEL_SHARD
 #: The named shard the second half of the bundles moves to.
 SHARD = "b"
 #: Each shard's CPU per second and peak RSS over the single shard's (issue 24).
@@ -268,16 +267,20 @@ def shard_operator(
     shard: str,
 ) -> OperatorProcess:
     """The chart's operator process for ``shard`` ("" = the default shard). A named shard is
-    what the chart's ``shards`` entry renders: ``THOP_SHARD`` and, by its default, the Lease
-    ``taskhandler-operator-<shard>`` (passed as the flag too, so the name is explicit here);
-    ``chart_operator`` gives every process its own artifact, metrics and health ports."""
+    what the chart's ``shards`` entry renders, ``THOP_SHARD`` (its Lease is then
+    ``taskhandler-operator-<shard>`` by default); ``chart_operator`` gives every process its
+    own artifact server, metrics and health ports."""
     op = chart_operator(
         kube, namespace, url, folder, parallelism=args.parallelism, name=shard or "default"
     )
     if shard:
         op.env["THOP_SHARD"] = shard
-        op.argv = [*op.argv, "--lease-name", f"taskhandler-operator-{shard}"]
     return op
+
+
+def _sample(op: OperatorProcess, namespace: str) -> tuple[float, float, dict[str, float]]:
+    """When, the operator's CPU seconds then, and its passes per bundle (read just after)."""
+    return time.monotonic(), op.cpu_seconds(), read_passes(op, namespace)
 
 
 def run_configuration(
@@ -325,13 +328,11 @@ def run_configuration(
             f"settling {settle:.0f}s, then a {window:g}s window"
         )
         time.sleep(settle)
-        before = {s: (read_passes(op, namespace), op.cpu_seconds()) for s, op in operators.items()}
         requests_0 = apiserver_requests(kube)
-        window_started = time.monotonic()
+        before = {s: _sample(op, namespace) for s, op in operators.items()}
         time.sleep(window)
+        after = {s: _sample(op, namespace) for s, op in operators.items()}
         requests_1 = apiserver_requests(kube)
-        after = {s: (read_passes(op, namespace), op.cpu_seconds()) for s, op in operators.items()}
-        elapsed = time.monotonic() - window_started
         rss = {s: op.peak_rss_mib() for s, op in operators.items()}
     finally:
         for op in operators.values():
@@ -339,7 +340,8 @@ def run_configuration(
     shards: dict[str, Any] = {}
     window_passes: dict[str, dict[str, float]] = {}
     for shard in operators:
-        (p0, c0), (p1, c1) = before[shard], after[shard]
+        (t0, c0, p0), (t1, c1, p1) = before[shard], after[shard]
+        elapsed = t1 - t0
         per_bundle = {n: p1.get(n, 0.0) - p0.get(n, 0.0) for n in p1}
         window_passes[shard] = {n: c for n, c in per_bundle.items() if c > 0}
         passes = sum(window_passes[shard].values())
@@ -347,6 +349,7 @@ def run_configuration(
             "bundles_reconciled": len(window_passes[shard]),
             "passes": passes,
             "cpu_seconds": round(c1 - c0, 3),
+            "window_seconds": round(elapsed, 1),
             "cpu_per_second": round((c1 - c0) / elapsed, 4),
             "cpu_ms_per_pass": round((c1 - c0) * 1000 / max(passes, 1.0), 2),
             "peak_rss_mib": round(rss[shard], 1),
@@ -362,7 +365,7 @@ def run_configuration(
     return {
         "operators": len(operators),
         "first_passes_seconds": round(first_passes_s, 1),
-        "window_seconds": round(elapsed, 1),
+        "window_seconds": window,
         "settle_seconds": settle,
         "passes": passes_all,
         "shards": shards,
