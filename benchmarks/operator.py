@@ -45,7 +45,13 @@ One run measures, each against a baseline measured in the same run where one app
   past the probe driver's relay budget) and answering after ``--watch-seconds``: the operator's
   requests on Jobs, pods and logs per running Job per minute, from the apiserver's audit log of
   the operator's user (watches apart; target: at most 2), and the operator's peak RSS (VmHWM)
-  before and after the probes.
+  before and after the probes;
+* **scale-out by shards** (``benchmarks/_scaleout.py``): ``--scaleout-bundles`` bundles of
+  ``--scaleout-artifacts`` unchanged artifacts as one shard, then the same bundles as two shards
+  of half each (the second half labelled ``langsdk.dev/shard: b``): each shard's CPU per second
+  and peak RSS over the single shard's (target ≤ 0.55 each), every bundle reconciled by exactly
+  one shard in the window (passes per bundle from each operator's metrics), apiserver requests
+  per pass of two shards over one's, and the time until every bundle's first pass in each.
 
 Setting the numbers up. Probing 1,000 × 20 artifacts once would take hours on a small machine
 and measures nothing of the steady state, so the steady-state bundles' answers are recorded
@@ -65,8 +71,9 @@ to SIGKILL it; two chart replicas on the process node would also clash on host p
 are real Jobs, run by the process node (TypeScript artifacts: no toolchain build per artifact).
 
 Run: ``python -m benchmarks.operator [--bundles 1000] [--artifacts 20] [--cold-artifacts 100]
-[--parallelism 8]``; progress goes to stderr, the table to stdout, JSON to
-``benchmarks/results/operator.json``. Needs ``make k8s-bins system-deps airflow-venv``.
+[--parallelism 8] [--scaleout-bundles 2000] [--phases ...]``; progress goes to stderr, the table
+to stdout, JSON to ``benchmarks/results/operator.json``. Needs ``make k8s-bins system-deps
+airflow-venv``.
 """
 
 from __future__ import annotations
@@ -93,6 +100,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from benchmarks import _scaleout
 from benchmarks._operator_env import (
     WRITE_VERBS,
     AuditCounter,
@@ -192,7 +200,7 @@ WAIT = 900.0
 #: Probes of one artifact the probe Job time is the median of.
 BASELINE_PROBES = 5
 DATABASE = "operator_bench"
-ALL_PHASES = "probe,steady,failover,restart,watch,cost"
+ALL_PHASES = "probe,steady,failover,restart,watch,cost,scaleout"
 
 
 # --- set-up ---------------------------------------------------------------------------------
@@ -856,6 +864,8 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         rows += restart_rows(result["restart"])
     if "watch" in result:
         rows += _watch_rows(result["watch"])
+    if "scaleout" in result:
+        rows += _scaleout.rows(result["scaleout"])
     return rows + _cost_rows(result)
 
 
@@ -1151,6 +1161,7 @@ def main(argv: list[str] | None = None) -> int:
         default=ALL_PHASES,
         help=f"comma-separated phases to run (default: all, {ALL_PHASES})",
     )
+    _scaleout.add_arguments(parser)
     parser.add_argument("--workdir", type=Path, default=None, help="scratch folder")
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -1166,7 +1177,7 @@ def main(argv: list[str] | None = None) -> int:
         result: dict[str, Any] = {}
         phases = set(args.phases.split(","))
         template: TaskHandlerArtifact | None = None
-        if phases & {"probe", "steady", "failover", "restart"}:
+        if phases & {"probe", "steady", "failover", "restart", "scaleout"}:
             # The steady state's rows and the failover's are made from the probe's answer.
             probe = probe_phase(kube, url, work, args)
             template = probe.pop("template")
@@ -1213,6 +1224,17 @@ def main(argv: list[str] | None = None) -> int:
             result["restart"] = restart_phase(kube, url, work, args, template)
         if "watch" in phases:
             result["watch"] = watch_phase(kube, url, work, args)
+        if "scaleout" in phases and template is not None:
+            result["scaleout"] = _scaleout.scaleout_phase(
+                kube,
+                url,
+                work,
+                args,
+                template,
+                seed_dags=seed_dags,
+                record=_record,
+                renamed=renamed,
+            )
     if "cost" in phases:
         result["probe_cost"] = probe_cost_phase()
     rows = targets(result)
@@ -1230,6 +1252,9 @@ def main(argv: list[str] | None = None) -> int:
                 "watch_probes": args.watch_probes,
                 "watch_log_mib": args.watch_log_mib,
                 "watch_seconds": args.watch_seconds,
+                "scaleout_bundles": args.scaleout_bundles,
+                "scaleout_artifacts": args.scaleout_artifacts,
+                "scaleout_interval": args.scaleout_interval,
             },
             "machine_info": machine(),
             "run_seconds": round(time.monotonic() - started, 1),

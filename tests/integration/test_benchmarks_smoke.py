@@ -144,16 +144,19 @@ def test_sources_benchmark_runs(tmp_path: Path) -> None:
 
 @pytest.mark.kube
 # The benchmark's own bound (run_benchmark) and a margin; it has eight phases (the policy
-# comparison added about 30 s, the restart's two operator starts about 60 s).
-@pytest.mark.timeout(840)
+# comparison added about 30 s, the restart's two operator starts about 60 s, the scale-out
+# about 60 s).
+@pytest.mark.timeout(960)
 def test_operator_benchmark_runs(tmp_path: Path) -> None:
     document = run_benchmark(
         "operator",
         *("--bundles", "3", "--artifacts", "2", "--cold-artifacts", "4", "--parallelism", "2"),
         *("--interval", "10s", "--window", "15", "--settle", "2", "--workdir", str(tmp_path)),
         *("--watch-probes", "2", "--watch-log-mib", "2", "--watch-seconds", "3"),
+        *("--scaleout-bundles", "4", "--scaleout-artifacts", "1", "--scaleout-window", "15"),
+        *("--scaleout-interval", "10s"),
         results=tmp_path / "results",
-        timeout=780,
+        timeout=900,
     )
     # Shape only: every target has a verdict, and the steady state probed nothing.
     targets = document["targets"]
@@ -207,3 +210,14 @@ def test_operator_benchmark_runs(tmp_path: Path) -> None:
     assert requests.get("create jobs") == 2 and requests.get("get pods/log", 0) >= 2
     assert watch["peak_rss_mib_after"] >= watch["peak_rss_mib_before"] > 0
     assert any(str(row["measure"]).startswith("apiserver requests per running") for row in targets)
+    # Scale-out: the same 4 bundles as one shard, then as two of 2 each; every bundle's passes
+    # counted per operator, each shard's CPU and RSS as a ratio to the single shard's.
+    scaleout = document["scaleout"]
+    assert isinstance(scaleout, dict) and scaleout["bundles"] == 4
+    one, two = scaleout["one_shard"], scaleout["two_shards"]
+    assert one["operators"] == 1 and two["operators"] == 2
+    assert set(two["shards"]) == {"default", "b"}
+    assert one["coverage"]["by_exactly_one"] == 4
+    assert all(row["peak_rss_mib"] > 0 for row in two["shards"].values())
+    scaleout_rows = [r for r in targets if str(r["measure"]).startswith("scaleout ")]
+    assert len(scaleout_rows) == 5

@@ -1,0 +1,550 @@
+"""The operator benchmark's ``scaleout`` phase (issue 24): one world of ``--scaleout-bundles``
+bundles reconciled by one operator (the default shard), then by two shards of half each.
+
+The same bundles, namespace, database rows and control plane serve both configurations: the
+single shard runs first, is stopped, then the second half of the bundles is labelled
+``langsdk.dev/shard: b`` and two operators start, the default shard (the unlabelled half) and
+shard ``b``, each run exactly as the chart's Deployment runs it (``chart_operator``), shard ``b``
+with ``THOP_SHARD=b``, its own Lease (``taskhandler-operator-b``) and its own ports (artifact
+server, metrics, health). In each configuration: the time until every bundle has had its first
+pass; a settle (``settle_seconds`` of the interval); then a window over which each operator's
+CPU per second, its peak RSS (VmHWM), its passes per bundle (the per-bundle ``_count`` of the
+reconcile-duration histogram on its own /metrics) and the apiserver's requests
+(``apiserver_request_total``) are read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from benchmarks._operator_env import (
+    RECONCILES,
+    WRITE_VERBS,
+    OperatorProcess,
+    admin_api,
+    apiserver_requests,
+    bundle_manifest,
+    chart_operator,
+    handler_spec,
+    list_bundles,
+    log,
+    make_namespace,
+    request_delta,
+    typescript_artifact,
+    wait_until,
+    write_world_readable,
+)
+from taskhandler_devenv.kubecluster.control_plane import KubeCluster
+from taskhandler_devenv.operator_process import apply_all
+from taskhandler_operator.kube import names
+from taskhandler_operator.kube.duration import parse_duration
+from taskhandler_operator.records import TaskHandlerArtifact
+
+SHARD_LABEL = names.LABEL_SHARD
+#: The named shard the second half of the bundles moves to.
+SHARD = "b"
+#: Each shard's CPU per second and peak RSS over the single shard's (issue 24).
+TARGET_SHARD_RATIO = 0.55
+#: Two shards' apiserver requests per pass over one's. Half the passes each, the same requests
+#: per pass; what a second process adds that does not scale with passes (its watches' re-lists,
+#: a handful per window) is covered by the absolute allowance below, and a 10 % ratio is the
+#: noise between two windows of the same world (the steady phase's 20- and 40-artifact sets).
+TARGET_REQUESTS_RATIO = 1.10
+#: Requests per pass two shards may add beyond the ratio: both sides' per-pass reads are close
+#: to zero at steady state (watches, no polling), so a ratio of two tiny numbers is one request.
+REQUESTS_ALLOWANCE_PER_PASS = 0.01
+#: The scale knobs' defaults: 2,000 bundles of 5 unchanged artifacts at a 60 s interval (see
+#: docs/operations.md, "Scale-out by shards", for why these).
+DEFAULT_BUNDLES = 2000
+DEFAULT_ARTIFACTS = 5
+DEFAULT_INTERVAL = "60s"
+#: The wait for every bundle's first pass, per bundle (2,000 bundles: 30 minutes at most).
+FIRST_PASS_WAIT_PER_BUNDLE = 0.9
+_OPERATOR_RESOURCES = frozenset({names.PLURAL, "jobs", "pods", "events", "secrets", "configmaps"})
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The phase's knobs on ``benchmarks.operator``'s command line."""
+    parser.add_argument(
+        "--scaleout-bundles",
+        type=int,
+        default=DEFAULT_BUNDLES,
+        help="scaleout: bundles, as one shard and as two shards of half each",
+    )
+    parser.add_argument(
+        "--scaleout-artifacts",
+        type=int,
+        default=DEFAULT_ARTIFACTS,
+        help="scaleout: unchanged artifacts per bundle",
+    )
+    parser.add_argument(
+        "--scaleout-interval", default=DEFAULT_INTERVAL, help="scaleout: the bundles' interval"
+    )
+    parser.add_argument(
+        "--scaleout-window",
+        type=float,
+        default=None,
+        help="scaleout: measuring window (s); default 1.5 intervals, so every bundle passes in it",
+    )
+
+
+def window_seconds(args: argparse.Namespace) -> float:
+    """By default 1.5 intervals: the longest gap between two passes of a bundle is the interval
+    plus its 20 % jitter, so every bundle passes at least once in the window."""
+    if args.scaleout_window is not None:
+        return float(args.scaleout_window)
+    return parse_duration(args.scaleout_interval).total_seconds() * 1.5
+
+
+def settle_seconds(args: argparse.Namespace) -> float:
+    """As the steady phase's (one interval with its jitter plus 10 s), for this phase's
+    interval, unless ``--settle`` is given."""
+    if args.settle is not None:
+        return float(args.settle)
+    return parse_duration(args.scaleout_interval).total_seconds() * 1.2 + 10.0
+
+
+# --- reading the operators ---------------------------------------------------------------------
+
+
+def passes_by_bundle(text: str, namespace: str) -> dict[str, float]:
+    """Reconcile passes so far per bundle of ``namespace`` (all outcomes), from /metrics text."""
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != RECONCILES:
+            continue
+        for sample in family.samples:
+            if sample.name != f"{RECONCILES}_count":
+                continue
+            if sample.labels.get("namespace") != namespace:
+                continue
+            name = sample.labels.get("name", "")
+            counts[name] = counts.get(name, 0.0) + sample.value
+    return counts
+
+
+def read_passes(op: OperatorProcess, namespace: str) -> dict[str, float]:
+    """The operator's passes per bundle; empty while it does not answer."""
+    try:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{op.metrics_port}/metrics", timeout=30
+        ) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
+    return passes_by_bundle(text, namespace)
+
+
+def coverage(
+    bundles: Sequence[str],
+    window: Mapping[str, Mapping[str, float]],
+    expected: Mapping[str, str],
+) -> dict[str, Any]:
+    """Which operator reconciled which bundle in the window. ``window``: operator -> bundle ->
+    passes in the window; ``expected``: bundle -> the operator whose shard it is in."""
+    both: list[str] = []
+    none: list[str] = []
+    misplaced: list[str] = []
+    for name in bundles:
+        seen = [op for op, counts in window.items() if counts.get(name, 0.0) > 0]
+        if not seen:
+            none.append(name)
+        elif len(seen) > 1:
+            both.append(name)
+        elif seen[0] != expected[name]:
+            misplaced.append(name)
+    return {
+        "bundles": len(bundles),
+        "by_exactly_one": len(bundles) - len(both) - len(none),
+        "by_more_than_one": len(both),
+        "by_none": len(none),
+        "by_the_other_shard": len(misplaced),
+        "examples": {"more_than_one": both[:5], "none": none[:5], "other_shard": misplaced[:5]},
+    }
+
+
+# --- the phase ------------------------------------------------------------------------------------
+
+
+def prepare(
+    kube: KubeCluster,
+    url: str,
+    work: Path,
+    args: argparse.Namespace,
+    template: TaskHandlerArtifact,
+    namespace: str,
+    *,
+    seed_dags: Callable[[str, dict[str, tuple[str, Sequence[str]]]], None],
+    record: Callable[[str, str, dict[str, str], dict[str, list[TaskHandlerArtifact]]], Any],
+    renamed: Callable[[TaskHandlerArtifact, str, str], dict[str, Any]],
+) -> list[str]:
+    """The bundles, their volumes, Dags and recorded answers (as the steady phase makes them:
+    every artifact known before the operator starts); their names in order."""
+    from taskhandler_operator.artifacts.listing import list_candidates
+    from taskhandler_operator.artifacts.models import Language
+
+    count, artifacts = args.scaleout_bundles, args.scaleout_artifacts
+    log(f"scaleout: writing {count} bundles x {artifacts} artifacts")
+    root = work / "volumes" / "scaleout"
+    dags: dict[str, tuple[str, Sequence[str]]] = {}
+    specs: dict[str, list[tuple[str, str, str]]] = {}
+    for b in range(count):
+        name = f"so-{b:05d}"
+        dag_id = f"scaleout_{b:05d}"
+        tasks = [f"t{a}" for a in range(artifacts)]
+        dags[dag_id] = (name, tasks)
+        specs[name] = []
+        for a, task in enumerate(tasks):
+            rel = f"a{a:02d}.min.mjs"
+            write_world_readable(
+                root / name / rel, typescript_artifact(handler_spec(dag_id, [task]))
+            )
+            specs[name].append((rel, dag_id, task))
+    seed_dags(url, dags)
+    manifests = [
+        bundle_manifest(
+            namespace, name, {"volume": {"path": str(root / name)}}, interval=args.scaleout_interval
+        )
+        for name in specs
+    ]
+    for start in range(0, len(manifests), 200):
+        apply_all(kube, manifests[start : start + 200])
+    api = admin_api(kube)
+    try:
+        uids = {i["metadata"]["name"]: i["metadata"]["uid"] for i in list_bundles(api, namespace)}
+    finally:
+        api.close()
+    log("scaleout: recording the known answers (as Airflow's Dag processor would)")
+    rows: dict[str, list[TaskHandlerArtifact]] = {}
+    for name, entries in specs.items():
+        listing = list_candidates(root / name, Language.TYPESCRIPT)
+        by_rel = {c.rel_path: c for c in listing.candidates}
+        rows[name] = [
+            TaskHandlerArtifact(
+                bundle_name=name,
+                relative_fileloc=rel,
+                size_bytes=by_rel[rel].size_bytes,
+                cache_digest=by_rel[rel].cache_digest,
+                task_handlers=renamed(template, dag_id, task),
+            )
+            for rel, dag_id, task in entries
+        ]
+    asyncio.run(record(url, namespace, uids, rows))
+    return list(specs)
+
+
+def relabel(kube: KubeCluster, namespace: str, bundles: Sequence[str], shard: str) -> None:
+    """Move ``bundles`` to ``shard`` (its label), 200 names a call."""
+    resource = f"{names.PLURAL}.{names.GROUP}"
+    for start in range(0, len(bundles), 200):
+        kube.kubectl(
+            "label",
+            resource,
+            *bundles[start : start + 200],
+            "-n",
+            namespace,
+            "--overwrite",
+            f"{SHARD_LABEL}={shard}",
+            timeout=300,
+        )
+
+
+def shard_operator(
+    kube: KubeCluster,
+    namespace: str,
+    url: str,
+    folder: Path,
+    args: argparse.Namespace,
+    shard: str,
+) -> OperatorProcess:
+    """The chart's operator process for ``shard`` ("" = the default shard). A named shard is
+    what the chart's ``shards`` entry renders, ``THOP_SHARD`` (its Lease is then
+    ``taskhandler-operator-<shard>`` by default); ``chart_operator`` gives every process its
+    own artifact server, metrics and health ports."""
+    op = chart_operator(
+        kube, namespace, url, folder, parallelism=args.parallelism, name=shard or "default"
+    )
+    if shard:
+        op.env["THOP_SHARD"] = shard
+    return op
+
+
+def _sample(op: OperatorProcess, namespace: str) -> tuple[float, float, dict[str, float]]:
+    """When, the operator's CPU seconds then, and its passes per bundle (read just after)."""
+    return time.monotonic(), op.cpu_seconds(), read_passes(op, namespace)
+
+
+def run_configuration(
+    kube: KubeCluster,
+    namespace: str,
+    bundles: Sequence[str],
+    operators: Mapping[str, OperatorProcess],
+    args: argparse.Namespace,
+    label: str,
+) -> dict[str, Any]:
+    """Start ``operators`` (shard -> process), wait for every bundle's first pass, settle,
+    measure a window; stop them. Per operator: CPU per second, peak RSS, passes per bundle."""
+    wanted = set(bundles)
+    started = time.monotonic()
+    for op in operators.values():
+        op.start()
+    try:
+        last = [0.0]
+        first_pass: dict[str, float] = {}
+
+        def first_passes() -> bool:
+            seen: set[str] = set()
+            for shard, op in operators.items():
+                if not op.alive():
+                    raise RuntimeError(f"the operator of shard {shard!r} exited:\n{op.tail()}")
+                counts = {n for n, c in read_passes(op, namespace).items() if c > 0}
+                if shard not in first_pass and counts:
+                    first_pass[shard] = time.monotonic() - started
+                seen |= counts & wanted
+            if time.monotonic() - last[0] > 15:
+                last[0] = time.monotonic()
+                log(f"scaleout {label}: {len(seen)}/{len(wanted)} bundles had their first pass")
+            return seen == wanted
+
+        done = wait_until(
+            f"scaleout {label}: every bundle's first pass",
+            first_passes,
+            max(900.0, len(bundles) * FIRST_PASS_WAIT_PER_BUNDLE),
+            poll=3,
+        )
+        first_passes_s = done - started
+        settle, window = settle_seconds(args), window_seconds(args)
+        log(
+            f"scaleout {label}: every bundle's first pass in {first_passes_s:.0f}s; "
+            f"settling {settle:.0f}s, then a {window:g}s window"
+        )
+        time.sleep(settle)
+        requests_0 = apiserver_requests(kube)
+        before = {s: _sample(op, namespace) for s, op in operators.items()}
+        time.sleep(window)
+        after = {s: _sample(op, namespace) for s, op in operators.items()}
+        requests_1 = apiserver_requests(kube)
+        rss = {s: op.peak_rss_mib() for s, op in operators.items()}
+    finally:
+        for op in operators.values():
+            op.stop()
+    shards: dict[str, Any] = {}
+    window_passes: dict[str, dict[str, float]] = {}
+    for shard in operators:
+        (t0, c0, p0), (t1, c1, p1) = before[shard], after[shard]
+        elapsed = t1 - t0
+        per_bundle = {n: p1.get(n, 0.0) - p0.get(n, 0.0) for n in p1}
+        window_passes[shard] = {n: c for n, c in per_bundle.items() if c > 0}
+        passes = sum(window_passes[shard].values())
+        shards[shard or "default"] = {
+            "bundles_reconciled": len(window_passes[shard]),
+            "passes": passes,
+            "cpu_seconds": round(c1 - c0, 3),
+            "window_seconds": round(elapsed, 1),
+            "cpu_per_second": round((c1 - c0) / elapsed, 4),
+            "cpu_ms_per_pass": round((c1 - c0) * 1000 / max(passes, 1.0), 2),
+            "peak_rss_mib": round(rss[shard], 1),
+            "first_pass_seconds": round(first_pass.get(shard, first_passes_s), 1),
+        }
+    passes_all = sum(s["passes"] for s in shards.values())
+    delta = request_delta(requests_0, requests_1)
+    ours = {k: v for k, v in delta.items() if k[1].split("/")[0] in _OPERATOR_RESOURCES}
+    writes = sum(n for (v, _), n in ours.items() if v in WRITE_VERBS)
+    reads = sum(n for (v, _), n in ours.items() if v not in WRITE_VERBS)
+    lease_writes = sum(n for (v, r), n in delta.items() if r == "leases" and v in WRITE_VERBS)
+    per_pass = max(passes_all, 1.0)
+    return {
+        "operators": len(operators),
+        "first_passes_seconds": round(first_passes_s, 1),
+        "window_seconds": window,
+        "settle_seconds": settle,
+        "passes": passes_all,
+        "shards": shards,
+        "window_passes": window_passes,
+        "apiserver_requests": {f"{v} {r}": n for (v, r), n in sorted(ours.items())},
+        "apiserver_requests_per_pass": round((reads + writes) / per_pass, 4),
+        "apiserver_writes_per_pass": round(writes / per_pass, 4),
+        "lease_writes_all_clients": lease_writes,
+    }
+
+
+def scaleout_phase(
+    kube: KubeCluster,
+    url: str,
+    work: Path,
+    args: argparse.Namespace,
+    template: TaskHandlerArtifact,
+    *,
+    seed_dags: Callable[[str, dict[str, tuple[str, Sequence[str]]]], None],
+    record: Callable[[str, str, dict[str, str], dict[str, list[TaskHandlerArtifact]]], Any],
+    renamed: Callable[[TaskHandlerArtifact, str, str], dict[str, Any]],
+) -> dict[str, Any]:
+    """The whole phase: one shard, then two shards of half the same bundles each."""
+    namespace = f"bench-scaleout-{uuid.uuid4().hex[:6]}"
+    make_namespace(kube, namespace)
+    bundles = prepare(
+        kube,
+        url,
+        work,
+        args,
+        template,
+        namespace,
+        seed_dags=seed_dags,
+        record=record,
+        renamed=renamed,
+    )
+    half = len(bundles) // 2
+    moved = bundles[half:]
+    single = run_configuration(
+        kube,
+        namespace,
+        bundles,
+        {"": shard_operator(kube, namespace, url, work / "scaleout-one", args, "")},
+        args,
+        "one shard",
+    )
+    log(f"scaleout: labelling {len(moved)} bundles {SHARD_LABEL}={SHARD}")
+    relabel(kube, namespace, moved, SHARD)
+    folder = work / "scaleout-two"
+    two = run_configuration(
+        kube,
+        namespace,
+        bundles,
+        {
+            "": shard_operator(kube, namespace, url, folder, args, ""),
+            SHARD: shard_operator(kube, namespace, url, folder, args, SHARD),
+        },
+        args,
+        "two shards",
+    )
+    expected = {n: ("" if i < half else SHARD) for i, n in enumerate(bundles)}
+    single["coverage"] = coverage(bundles, single.pop("window_passes"), {n: "" for n in bundles})
+    two["coverage"] = coverage(bundles, two.pop("window_passes"), expected)
+    return summarize(
+        {
+            "namespace": namespace,
+            "bundles": len(bundles),
+            "artifacts_per_bundle": args.scaleout_artifacts,
+            "interval": args.scaleout_interval,
+            "one_shard": single,
+            "two_shards": two,
+        }
+    )
+
+
+def summarize(result: dict[str, Any]) -> dict[str, Any]:
+    """The ratios and verdicts of the phase's targets, added to its measurements."""
+    one = result["one_shard"]["shards"]["default"]
+    two = result["two_shards"]["shards"]
+    ratios: dict[str, dict[str, float | None]] = {}
+    for shard, row in two.items():
+        ratios[shard] = {
+            "cpu": (
+                round(row["cpu_per_second"] / one["cpu_per_second"], 3)
+                if one["cpu_per_second"] > 0
+                else None
+            ),
+            "rss": round(row["peak_rss_mib"] / one["peak_rss_mib"], 3),
+        }
+    req_one = result["one_shard"]["apiserver_requests_per_pass"]
+    req_two = result["two_shards"]["apiserver_requests_per_pass"]
+    cover = result["two_shards"]["coverage"]
+    result["ratios"] = ratios
+    result["requests_per_pass_ratio"] = round(req_two / req_one, 3) if req_one > 0 else None
+    result["ok"] = {
+        "cpu": all(
+            r["cpu"] is not None and r["cpu"] <= TARGET_SHARD_RATIO for r in ratios.values()
+        ),
+        "rss": all(
+            r["rss"] is not None and r["rss"] <= TARGET_SHARD_RATIO for r in ratios.values()
+        ),
+        "exactly_one": (
+            cover["by_exactly_one"] == cover["bundles"] and cover["by_the_other_shard"] == 0
+        ),
+        "requests": (
+            result["one_shard"]["passes"] > 0
+            and req_two <= req_one * TARGET_REQUESTS_RATIO + REQUESTS_ALLOWANCE_PER_PASS
+        ),
+    }
+    return result
+
+
+def rows(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The phase's rows of the benchmark's table."""
+
+    def verdict(ok: bool) -> str:
+        return "PASS" if ok else "FAIL"
+
+    scale = f"{result['bundles']} x {result['artifacts_per_bundle']}, {result['interval']}"
+    one, two = result["one_shard"], result["two_shards"]
+    single = one["shards"]["default"]
+    ok = result["ok"]
+
+    def per_shard(key: str, ratio: str, unit: str, fmt: str) -> str:
+        return ", ".join(
+            f"{shard} {format(row[key], fmt)}{unit} = {_x(result['ratios'][shard][ratio])}"
+            for shard, row in two["shards"].items()
+        )
+
+    cover = two["coverage"]
+    return [
+        {
+            "measure": f"scaleout {scale}: CPU per second per shard, 2 shards vs 1",
+            "measured": (
+                f"{per_shard('cpu_per_second', 'cpu', '', '.3f')} "
+                f"(one shard {single['cpu_per_second']:.3f})"
+            ),
+            "target": f"each <= {TARGET_SHARD_RATIO:g}x",
+            "result": verdict(ok["cpu"]),
+        },
+        {
+            "measure": f"scaleout {scale}: peak RSS per shard, 2 shards vs 1",
+            "measured": (
+                f"{per_shard('peak_rss_mib', 'rss', ' MiB', '.0f')} "
+                f"(one shard {single['peak_rss_mib']:.0f} MiB)"
+            ),
+            "target": f"each <= {TARGET_SHARD_RATIO:g}x",
+            "result": verdict(ok["rss"]),
+        },
+        {
+            "measure": f"scaleout {scale}: bundles reconciled by exactly one shard in the window",
+            "measured": (
+                f"{cover['by_exactly_one']}/{cover['bundles']} (both: "
+                f"{cover['by_more_than_one']}, none: {cover['by_none']}, the other shard: "
+                f"{cover['by_the_other_shard']})"
+            ),
+            "target": "all",
+            "result": verdict(ok["exactly_one"]),
+        },
+        {
+            "measure": f"scaleout {scale}: apiserver requests per pass, 2 shards vs 1",
+            "measured": (
+                f"{two['apiserver_requests_per_pass']:.4f} vs "
+                f"{one['apiserver_requests_per_pass']:.4f} ({two['passes']:.0f} vs "
+                f"{one['passes']:.0f} passes)"
+            ),
+            "target": (f"<= {TARGET_REQUESTS_RATIO:g}x + {REQUESTS_ALLOWANCE_PER_PASS:g} per pass"),
+            "result": verdict(ok["requests"]),
+        },
+        {
+            "measure": f"scaleout {scale}: every bundle's first pass, 1 shard / 2 shards",
+            "measured": (
+                f"{one['first_passes_seconds']:.0f} s / {two['first_passes_seconds']:.0f} s"
+            ),
+            "target": "-",
+            "result": "-",
+        },
+    ]
+
+
+def _x(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"
