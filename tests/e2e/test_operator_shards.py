@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,16 @@ def passes(r: Replica) -> dict[str, float]:
                 name = sample.labels["name"]
                 out[name] = out.get(name, 0.0) + sample.value
     return out
+
+
+def fast_poll(what: str, check: Callable[[], bool], timeout: float = 30.0) -> bool:
+    """Poll ``check`` every 50 ms (wait_for's 1 s is too coarse to time a relabel)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.05)
+    return True
 
 
 def leader_gauge(r: Replica) -> dict[str, float]:
@@ -260,7 +272,21 @@ def test_two_shards_a_relabel_mid_probe_and_a_killed_shard_leader(
         in_flight = wait_for(
             "the mover's new probe running", lambda: probing(cluster, ns, "mover"), 120, more=more
         )
+        # Relabel right after a pass of stay-default ended, so its next pass is an interval
+        # (at least 4 s with the jitter) away: a relabel must not wake the old shard's other
+        # bundles (only a deletion does).
+        before = passes(default)["stay-default"]
+        fast_poll("a pass of stay-default", lambda: passes(default)["stay-default"] > before)
+        last = passes(default)["stay-default"]
+        passed_at = time.monotonic()
         cluster.kubectl("label", "thb", "mover", "-n", ns, f"{names.LABEL_SHARD}=b")
+        fast_poll(
+            "the default shard let the mover go", lambda: "left shard default" in default.text()
+        )
+        time.sleep(1.0)  # a woken pass (an unchanged one, tens of ms) would have ended
+        after = passes(default)["stay-default"]
+        if time.monotonic() - passed_at < 3.8:  # else its own next pass may be due: no telling
+            assert after == last, "the relabel woke stay-default in the old shard"
         job = json.loads(cluster.kubectl("get", "job", in_flight, "-n", ns, "-o", "json").stdout)
         assert not (job.get("status") or {}).get("completionTime"), "relabelled too late"
 

@@ -13,8 +13,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, cast
 
 import pytest
 from kubernetes import client as k8s_client
@@ -103,7 +103,7 @@ async def test_resync_releases_a_bundle_whose_deleted_was_missed(
 
 
 async def test_resync_spares_holds_taken_while_it_lists(
-    kube_api: ApiClient, kubeapi: KubeApi, kube_namespace: str
+    kube_api: ApiClient, kubeapi: KubeApi, kube_namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ns = kube_namespace
     holds = Holds()
@@ -117,7 +117,7 @@ async def test_resync_spares_holds_taken_while_it_lists(
         holds.take(ns, "late")
         return listed
 
-    kubeapi.list_bundle_keys = slow_list  # type: ignore[method-assign]
+    monkeypatch.setattr(kubeapi, "list_bundle_keys", slow_list)
     assert await resync_holds(kubeapi, holds, "s1", (ns,), "s1") == []
     assert holds.holds(ns, "late")
 
@@ -147,8 +147,11 @@ async def test_only_a_deletion_is_told_deleted(
     create(kube_api, ns, "unfinalized", "w1")
     custom = k8s_client.CustomObjectsApi(kube_api)
     selector = bundle_selector("w1")
-    listing = custom.list_namespaced_custom_object(
-        names.GROUP, names.VERSION, ns, names.PLURAL, label_selector=selector
+    listing = cast(
+        dict[str, Any],
+        custom.list_namespaced_custom_object(
+            names.GROUP, names.VERSION, ns, names.PLURAL, label_selector=selector
+        ),
     )
     since = listing["metadata"]["resourceVersion"]
 
@@ -161,7 +164,7 @@ async def test_only_a_deletion_is_told_deleted(
 
     # The shard's filtered watch, as kopf runs it (from the listing's resourceVersion).
     deleted: dict[str, dict[str, Any]] = {}
-    for event in k8s_watch.Watch().stream(
+    stream: Iterator[dict[str, Any]] = k8s_watch.Watch().stream(
         custom.list_namespaced_custom_object,
         names.GROUP,
         names.VERSION,
@@ -170,7 +173,8 @@ async def test_only_a_deletion_is_told_deleted(
         label_selector=selector,
         resource_version=since,
         timeout_seconds=10,
-    ):
+    )
+    for event in stream:
         if event["type"] == "DELETED":
             deleted[event["object"]["metadata"]["name"]] = event["object"]["metadata"]
         if len(deleted) == 3:
