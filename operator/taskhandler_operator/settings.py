@@ -151,6 +151,14 @@ class Settings(BaseSettings):
         "labelled langsdk.dev/shard=<shard>; empty (the default shard) takes the bundles "
         "without that label. A DNS-1123 label of at most 40 characters, not 'default'",
     )
+    shard_resync_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        le=86400,
+        description="seconds between two listings of this shard's TaskHandlerBundles by the "
+        "leader, which stop the reconciler of any bundle that left the shard without its watch "
+        "telling (a DELETED lost when a watch expires); 0 disables it",
+    )
     cluster_id: str | None = Field(
         default=None,
         min_length=1,

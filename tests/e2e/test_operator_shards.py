@@ -2,10 +2,11 @@
 Jobs): the default shard and shard ``b`` (a leader and a standby), each with its own Lease and
 artifact server; every bundle reconciled by its own shard only; a bundle relabelled from the
 default shard to ``b`` while its probe Job runs is handed over with the Job adopted (never made
-twice) and its binding rows present throughout; ``b``'s leader SIGKILLed, its standby takes the
-``b`` Lease and goes on while the default shard is left alone; a bundle of ``b`` serving the
-default shard's bundle's queue stalls on the claim as it would in one shard (docs/operator.md,
-"Shards").
+twice), its binding rows present throughout and the default shard's other bundle not woken
+by the relabel; the resync (every 2 s here) releases nothing still listed; ``b``'s leader
+SIGKILLed, its standby takes the ``b`` Lease and goes on while the default shard is left
+alone; a bundle of ``b`` serving the default shard's bundle's queue stalls on the claim as it
+would in one shard (docs/operator.md, "Shards").
 
 Passes are counted per bundle from each process's ``/metrics``
 (``taskhandler_operator_reconcile_duration_seconds_count``); the bundles pass every 5 s.
@@ -15,7 +16,9 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +67,16 @@ def passes(r: Replica) -> dict[str, float]:
                 name = sample.labels["name"]
                 out[name] = out.get(name, 0.0) + sample.value
     return out
+
+
+def fast_poll(what: str, check: Callable[[], bool], timeout: float = 30.0) -> bool:
+    """Poll ``check`` every 50 ms (wait_for's 1 s is too coarse to time a relabel)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.05)
+    return True
 
 
 def leader_gauge(r: Replica) -> dict[str, float]:
@@ -170,9 +183,11 @@ def test_two_shards_a_relabel_mid_probe_and_a_killed_shard_leader(
     jobs = Watch(cluster, ns, "jobs", SELECTOR)
     # Replicas of one shard share a workdir: its revision store and signing key, as the pods
     # of one Deployment share the chart's PVC and Secret. Each process has its own ports.
-    default = start("default", tmp_path / "default")
-    b_one = start("b1", tmp_path / "b", THOP_SHARD="b")
-    b_two = start("b2", tmp_path / "b", THOP_SHARD="b")
+    # The resync every 2 s (300 s by default): it must never release a bundle still listed.
+    resync = {"THOP_SHARD_RESYNC_SECONDS": "2"}
+    default = start("default", tmp_path / "default", **resync)
+    b_one = start("b1", tmp_path / "b", THOP_SHARD="b", **resync)
+    b_two = start("b2", tmp_path / "b", THOP_SHARD="b", **resync)
     everyone = (default, b_one, b_two)
 
     def more() -> str:
@@ -260,7 +275,21 @@ def test_two_shards_a_relabel_mid_probe_and_a_killed_shard_leader(
         in_flight = wait_for(
             "the mover's new probe running", lambda: probing(cluster, ns, "mover"), 120, more=more
         )
+        # Relabel right after a pass of stay-default ended, so its next pass is an interval
+        # (at least 4 s with the jitter) away: a relabel must not wake the old shard's other
+        # bundles (only a deletion does).
+        before = passes(default)["stay-default"]
+        fast_poll("a pass of stay-default", lambda: passes(default)["stay-default"] > before)
+        last = passes(default)["stay-default"]
+        passed_at = time.monotonic()
         cluster.kubectl("label", "thb", "mover", "-n", ns, f"{names.LABEL_SHARD}=b")
+        fast_poll(
+            "the default shard let the mover go", lambda: "left shard default" in default.text()
+        )
+        time.sleep(1.0)  # a woken pass (an unchanged one, tens of ms) would have ended
+        after = passes(default)["stay-default"]
+        if time.monotonic() - passed_at < 3.8:  # else its own next pass may be due: no telling
+            assert after == last, "the relabel woke stay-default in the old shard"
         job = json.loads(cluster.kubectl("get", "job", in_flight, "-n", ns, "-o", "json").stdout)
         assert not (job.get("status") or {}).get("completionTime"), "relabelled too late"
 
@@ -310,6 +339,11 @@ def test_two_shards_a_relabel_mid_probe_and_a_killed_shard_leader(
         for bundle in DAGS:
             assert condition(thb(cluster, ns, bundle), "Ready").get("status") == "True", bundle
         assert condition(thb(cluster, ns, "rival"), "Stalled").get("reason") == "QueueConflict"
+        # The resync listed every 2 s in every leader (the RBAC allows it) and released
+        # nothing: the DELETED had let the mover go, and the other bundles are listed.
+        for r in everyone:
+            assert "resync of its bundles failed" not in r.text(), r.tail()
+            assert "not in its listing" not in r.text(), r.tail()
         # No Job was made again by the new leader of b.
         assert [o["metadata"]["uid"] for o in jobs.objects()] == [uid for _, uid in seen]
     finally:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -206,6 +207,7 @@ async def _main(
     from taskhandler_operator.controller.leader import ElectionConfig, LeaderElector, Outcome
     from taskhandler_operator.controller.metrics import Metrics
     from taskhandler_operator.controller.runtime import OperatorRuntime, RuntimeOptions
+    from taskhandler_operator.controller.shardsync import run_resync
     from taskhandler_operator.controller.switchboard import (
         SwitchboardConfig,
         build_registry,
@@ -264,17 +266,40 @@ async def _main(
             registry = build_registry(SwitchboardConfig(runtime, kubeconfig=args.kubeconfig))
             runtime.reconciler_heartbeat.arm()
             namespaces = list(settings.namespaces)
-            await kopf.operator(
-                registry=registry,
-                settings=kopf_settings,
-                clusterwide=not namespaces,
-                namespaces=namespaces,
-                standalone=True,
-                stop_flag=stop,
-                # kopf's default identity calls getpass.getuser(), which fails for a runAsUser
-                # without a passwd entry (any numeric uid in a restricted pod); reuse the Lease's.
-                identity=Identity(elector.identity),
+            # The leader's only: a standby holds nothing.
+            resync = (
+                asyncio.create_task(
+                    run_resync(
+                        runtime.kube,
+                        runtime.holds,
+                        settings.shard,
+                        settings.namespaces,
+                        settings.shard_name,
+                        settings.shard_resync_seconds,
+                    ),
+                    name="shard-resync",
+                )
+                if settings.shard_resync_seconds > 0
+                else None
             )
+            try:
+                await kopf.operator(
+                    registry=registry,
+                    settings=kopf_settings,
+                    clusterwide=not namespaces,
+                    namespaces=namespaces,
+                    standalone=True,
+                    stop_flag=stop,
+                    # kopf's default identity calls getpass.getuser(), which fails for a
+                    # runAsUser without a passwd entry (any numeric uid in a restricted pod);
+                    # reuse the Lease's.
+                    identity=Identity(elector.identity),
+                )
+            finally:
+                if resync is not None:
+                    resync.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await resync
             # kopf installs its own SIGTERM/SIGINT handlers in the main thread (replacing
             # request_stop), so a signal ends kopf without setting ``stop``. A lost Lease
             # cancels this task instead of letting kopf return, so a normal return is always a

@@ -10,6 +10,10 @@ orphaned, next to the new shard's (docs/operator.md, "Shards").
 Each reconciler takes a :class:`Hold` when it starts and drops it when it ends; a DELETED event
 releases the bundle's hold, which stops its reconciler at once (:func:`run_held`). A shard
 decodes the probe Job events of every shard, and acts only on those of bundles it holds.
+
+A watch that expired (410 Gone) is re-listed by kopf, and a relist reports nothing as gone: a
+DELETED missed that way is caught by the periodic resync (``controller/shardsync.py``), which
+releases the holds :func:`absent` picks from a listing of this shard's bundles.
 """
 
 from __future__ import annotations
@@ -17,13 +21,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Collection, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from taskhandler_operator.controller.backoff import BundleKey
 
-__all__ = ["Hold", "Holds", "run_held"]
+__all__ = ["Hold", "Holds", "absent", "run_held"]
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +44,17 @@ class Hold:
     #: (the bundle left this shard and came back at once): the new one starts after it ends.
     previous: asyncio.Future[None] | None = None
     done: asyncio.Future[None] = field(default_factory=_future)
+    #: Order of taking among this process's holds (:meth:`Holds.mark`).
+    seq: int = 0
+
+
+def absent(
+    held: Mapping[BundleKey, int], listed: Collection[BundleKey], before: int
+) -> list[BundleKey]:
+    """The held bundles (key -> the hold's ``seq``) a listing of the shard's bundles shows to
+    be gone: not listed, and held since before the listing was sent (``seq < before``). A hold
+    taken later may be of a bundle that came into the shard after the listing's snapshot."""
+    return sorted(key for key, seq in held.items() if seq < before and key not in listed)
 
 
 class Holds:
@@ -47,13 +62,23 @@ class Holds:
         self._by_bundle: dict[BundleKey, Hold] = {}
         #: Released holds whose reconciler has not ended yet.
         self._ending: dict[BundleKey, Hold] = {}
+        self._taken = 0
+
+    def mark(self) -> int:
+        """A mark before a listing is sent: the holds taken until now have ``seq`` below it."""
+        return self._taken
+
+    def absent(self, listed: Collection[BundleKey], before: int) -> list[BundleKey]:
+        """:func:`absent` of the current holds."""
+        return absent({key: hold.seq for key, hold in self._by_bundle.items()}, listed, before)
 
     def take(self, namespace: str, name: str) -> Hold:
         key = (namespace, name)
         before = self._by_bundle.get(key) or self._ending.get(key)
         if before is not None:
             before.released.set()
-        hold = Hold(key, previous=None if before is None else before.done)
+        hold = Hold(key, previous=None if before is None else before.done, seq=self._taken)
+        self._taken += 1
         self._by_bundle[key] = hold
         return hold
 

@@ -57,6 +57,8 @@ FIELD_MANAGER = "taskhandler-operator"
 _MANAGER: list[tuple[str, Any]] = [("fieldManager", FIELD_MANAGER)]  # names our writes
 DEFAULT_LOG_LIMIT = 256 * 1024
 STREAM_CHUNK = 64 * 1024
+#: Asks a LIST for the objects' metadata only (the apiserver's PartialObjectMetadataList).
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, application/json"
 EVENT_NOTE_LIMIT = 1024  # events.k8s.io/v1 refuses a longer note
 EVENT_FIELD_LIMIT = 128  # reason, action, reportingInstance
 
@@ -266,12 +268,13 @@ class KubeApi:
         timeout: float | tuple[float, float] | None = None,
         read_limit: int | None = None,
         consume: Callable[[bytes], None] | None = None,
+        accept: str = "application/json, */*",
     ) -> bytes:
         """One HTTP request in this thread; the response body, or ApiException for non-2xx.
 
         With ``consume``, the body (at most ``read_limit`` bytes) is handed to it in chunks as
         it arrives and not kept: the return value is then empty."""
-        headers = {"Accept": "application/json, */*", "Content-Type": content_type}
+        headers = {"Accept": accept, "Content-Type": content_type}
         method, url, headers, serialized, _ = self.api_client.param_serialize(
             method=method,
             resource_path=path,
@@ -344,17 +347,23 @@ class KubeApi:
         return parsed
 
     async def _list(
-        self, what: str, path: str, label_selector: str | None, page: int = 500
+        self,
+        what: str,
+        path: str,
+        label_selector: str | None,
+        page: int = 500,
+        accept: str | None = None,
     ) -> list[Obj]:
         items: list[Obj] = []
         token: str | None = None
+        extra: dict[str, Any] = {} if accept is None else {"accept": accept}
         while True:
             query: list[tuple[str, Any]] = [("limit", page)]
             if label_selector:
                 query.append(("labelSelector", label_selector))
             if token:
                 query.append(("continue", token))
-            listing = await self.request_json(what, "GET", path, query=query)
+            listing = await self.request_json(what, "GET", path, query=query, **extra)
             items.extend(listing.get("items") or [])
             token = (listing.get("metadata") or {}).get("continue")
             if not token:
@@ -367,6 +376,30 @@ class KubeApi:
     ) -> Obj:
         what = f"read {resource.kind} {namespace}/{name}"
         return await self.request_json(what, "GET", resource.path(namespace, name))
+
+    async def list_bundle_keys(
+        self, namespace: str | None, label_selector: str, resource: CustomResource = BUNDLES
+    ) -> set[tuple[str, str]]:
+        """(namespace, name) of the bundles matching ``label_selector``, in ``namespace`` or
+        (None) in every namespace: one paginated LIST of their metadata only
+        (PartialObjectMetadataList), so neither spec nor status crosses the wire."""
+        where = namespace or "every namespace"
+        if namespace is None:
+            path = f"/apis/{resource.group}/{resource.version}/{resource.plural}"
+        else:
+            path = resource.path(namespace)
+        items = await self._list(
+            f"list {resource.kind}s in {where} ({label_selector})",
+            path,
+            label_selector,
+            accept=METADATA_LIST,
+        )
+        keys: set[tuple[str, str]] = set()
+        for item in items:
+            meta = item.get("metadata") or {}
+            if meta.get("namespace") and meta.get("name"):
+                keys.add((str(meta["namespace"]), str(meta["name"])))
+        return keys
 
     async def patch_bundle_status(
         self,

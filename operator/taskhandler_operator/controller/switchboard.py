@@ -39,6 +39,7 @@ import kopf
 from taskhandler_operator.controller.bundle import BundleInputs, delete_bundle, run_bundle
 from taskhandler_operator.controller.holds import run_held
 from taskhandler_operator.controller.runtime import OperatorRuntime
+from taskhandler_operator.controller.shardsync import bundle_deleted, bundle_selector
 from taskhandler_operator.db.engine import DatabaseError
 from taskhandler_operator.kube import names
 from taskhandler_operator.kube.probe_job import job_view, pod_job_name, pod_view
@@ -81,12 +82,6 @@ class SwitchboardConfig:
     runtime: OperatorRuntime
     kubeconfig: str | None = None  # None: in-cluster service account
     daemon_stop_seconds: float = 10.0
-
-
-def bundle_selector(shard: str) -> str:
-    """The label selector of the bundles shard ``shard`` reconciles ("" is the default shard:
-    the bundles without a shard label)."""
-    return f"{names.LABEL_SHARD}={shard}" if shard else f"!{names.LABEL_SHARD}"
 
 
 def configure(settings: kopf.OperatorSettings, shard: str = "") -> None:
@@ -206,20 +201,23 @@ def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
 
     @kopf.on.event(*bundles, registry=registry, id="wake-on-vanish")
     async def vanished(event: kopf.RawEvent, **_: Any) -> None:
-        # A bundle gone without its finalizer running (removed by hand) released nothing, but
-        # a claimant stalled on its claim may now take it over: let them look now.
-        if event.get("type") == "DELETED":
-            meta = (event.get("object") or {}).get("metadata") or {}
-            namespace, name = meta.get("namespace") or "", meta.get("name") or ""
-            # Gone from this shard's watch: deleted, or relabelled to another shard. kopf stops
-            # the daemon of a deleted bundle only (controller/holds.py): stop a moved one here.
-            if runtime.holds.release(namespace, name):
-                log.info(
-                    "TaskHandlerBundle %s/%s left shard %s (deleted, or now another shard's)",
-                    namespace,
-                    name,
-                    runtime.settings.shard_name,
-                )
+        if event.get("type") != "DELETED":
+            return
+        meta = (event.get("object") or {}).get("metadata") or {}
+        namespace, name = meta.get("namespace") or "", meta.get("name") or ""
+        # Gone from this shard's watch: deleted, or relabelled to another shard. kopf stops
+        # the daemon of a deleted bundle only (controller/holds.py): stop a moved one here.
+        if runtime.holds.release(namespace, name):
+            log.info(
+                "TaskHandlerBundle %s/%s left shard %s (deleted, or now another shard's)",
+                namespace,
+                name,
+                runtime.settings.shard_name,
+            )
+        # A deleted bundle released its claims (or, gone without its finalizer running,
+        # released nothing, but a claimant stalled on its claim may now take it over): let
+        # every bundle look now. A relabelled one released nothing: wake none.
+        if await bundle_deleted(runtime.kube, meta):
             runtime.wakeups.wake_all(f"{namespace}/{name} is gone")
 
     @kopf.on.event(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from taskhandler_operator.controller.holds import Holds, run_held
+from taskhandler_operator.controller.holds import Holds, absent, run_held
 
 
 async def test_a_release_cancels_the_pass_in_progress() -> None:
@@ -75,3 +75,29 @@ async def test_a_cancelled_daemon_cancels_its_reconciler() -> None:
     running.cancel()  # kopf stopping the daemon (a deletion, the operator exiting)
     await asyncio.gather(running, return_exceptions=True)
     assert cancelled.is_set() and len(holds) == 0
+
+
+def test_absent_picks_the_held_bundles_a_listing_lacks() -> None:
+    held = {("ns", "kept"): 0, ("ns", "moved"): 1, ("other", "moved"): 2}
+    listed = {("ns", "kept"), ("ns", "never-held")}
+    assert absent(held, listed, before=3) == [("ns", "moved"), ("other", "moved")]
+    assert absent(held, set(), before=0) == []  # nothing held before the listing was sent
+
+
+def test_absent_spares_holds_taken_after_the_listing_was_sent() -> None:
+    # ("ns", "new") joined the shard after the LIST's snapshot: its reconciler started while
+    # the LIST was under way (seq 5 >= the mark 5 taken before sending it).
+    held = {("ns", "old"): 4, ("ns", "new"): 5}
+    assert absent(held, set(), before=5) == [("ns", "old")]
+
+
+async def test_holds_absent_compares_only_holds_taken_before_the_mark() -> None:
+    holds = Holds()
+    holds.take("ns", "a")
+    holds.take("ns", "b")
+    mark = holds.mark()
+    holds.take("ns", "c")  # taken while the LIST was under way
+    holds.take("ns", "a")  # "a" came back: a new hold, after the mark
+    assert holds.absent({("ns", "x")}, mark) == [("ns", "b")]
+    assert holds.absent({("ns", "b")}, mark) == []
+    assert holds.absent(set(), holds.mark()) == [("ns", "a"), ("ns", "b"), ("ns", "c")]
