@@ -328,6 +328,22 @@ def run_configuration(
             f"settling {settle:.0f}s, then a {window:g}s window"
         )
         time.sleep(settle)
+
+        def second_passes() -> bool:
+            # A loaded operator may still be catching up after the settle: the window measures
+            # the unchanged pass only once every bundle has had its second (whole-path) pass.
+            seen: dict[str, float] = {}
+            for op in operators.values():
+                for n, c in read_passes(op, namespace).items():
+                    seen[n] = seen.get(n, 0.0) + c
+            return all(seen.get(n, 0.0) >= 2 for n in wanted)
+
+        wait_until(
+            f"scaleout {label}: every bundle's second pass",
+            second_passes,
+            max(900.0, len(bundles) * FIRST_PASS_WAIT_PER_BUNDLE),
+            poll=3,
+        )
         requests_0 = apiserver_requests(kube)
         before = {s: _sample(op, namespace) for s, op in operators.items()}
         time.sleep(window)
