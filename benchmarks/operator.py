@@ -159,13 +159,10 @@ TARGET_CPU_MS = 20.0
 #: measured in the same run: the target that holds on any machine (issue 24). Calibrated from
 #: TARGET_CPU_MS on the machine the targets were set on (2 CPUs, the figures' machine): the
 #: reference's CPU there, quiet, is REFERENCE_CALIBRATION_MS, so the ratio target is 20 ms there.
-#: How it was obtained (2026-12-02, commit of issue 24): the machine was shared (load about 11),
-#: so it is scaled, not measured quiet: the reference took 4,124 ms (median of 5) at load 11,
-#: while `probe` of the Go runtime took 1,050 ms of CPU on main against 237 ms in the quiet
-#: figures' run (docs/operations.md), a factor of 4.43 for the same kind of work (a fresh
-#: interpreter's imports); 4,124 / 4.43 = 930 ms. Re-measure on a quiet machine with
+#: Measured 2026-12-02 00:38 UTC (load average 1.1, nothing else running but an editor), median
+#: of 9 runs: 2,780 ms (2,525-3,164). Re-measure on a quiet machine with
 #: ``python -c "from benchmarks.operator import reference_samples as r; print(r(9))"``.
-REFERENCE_CALIBRATION_MS = 930.0
+REFERENCE_CALIBRATION_MS = 2780.0
 TARGET_CPU_RATIO = round(TARGET_CPU_MS / REFERENCE_CALIBRATION_MS, 4)
 #: Fresh interpreters the reference workload is the median of, before and after the windows.
 REFERENCE_RUNS = 5
