@@ -19,7 +19,9 @@ the same run:
   baseline's; it adds the manifest, the size and sha256 checks and the atomic move.
 
 CPU is the process's user + system time (``RUSAGE_CHILDREN`` deltas), including, for ``probe``,
-the runtime it spawned and reaped. Runs are medians after one warm-up, with Python bytecode cached
+the runtime it spawned and reaped. The commands are the operator installed as the images
+install it (:func:`pod_bin`: not editable, no development environment), not this development
+venv. Runs are medians after one warm-up, with Python bytecode cached
 in a private folder (``PYTHONPYCACHEPREFIX``), as in an image whose modules are precompiled;
 ``no_bytecode_ms`` is one run with an empty cache and bytecode writing off (every module compiled
 from source, which is what an image installed with ``pip --no-compile`` and
@@ -37,6 +39,7 @@ Library use (benchmarks/operator.py)::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -60,10 +63,32 @@ NAMESPACE = "bench"
 BUNDLE = "probe-cost"
 
 
+@functools.cache
+def pod_bin() -> Path:
+    """The bin folder of the operator installed as its images install it: from a copy of the
+    sources, not editable, without the development environment (``hack/node-venv.sh``, the
+    venv the process node runs probe containers from). This development venv is the wrong
+    place to time a pod's commands: its editable installs put import finders into every start
+    (``site`` alone took 70-140 ms of each start here), which no image has.
+    ``THOP_PROBE_COST_BIN`` overrides it; an empty value means this interpreter's own venv."""
+    given = os.environ.get("THOP_PROBE_COST_BIN")
+    if given is not None:
+        return Path(given) if given else Path(sys.executable).parent
+    from taskhandler_devenv.kubecluster.control_plane import node_venv_bin
+
+    return node_venv_bin()
+
+
 def console_script() -> str:
-    """The ``taskhandler-operator`` console script of this interpreter's environment."""
-    beside = Path(sys.executable).parent / "taskhandler-operator"
+    """The ``taskhandler-operator`` console script a probe pod runs (:func:`pod_bin`)."""
+    beside = pod_bin() / "taskhandler-operator"
     return str(beside) if beside.exists() else shutil.which("taskhandler-operator") or str(beside)
+
+
+def pod_python() -> str:
+    """The interpreter of :func:`pod_bin`, for the bare start the figures are read against."""
+    beside = pod_bin() / "python"
+    return str(beside) if beside.exists() else sys.executable
 
 
 def _verdict(own_ms: float) -> str:
@@ -329,7 +354,7 @@ def python_start_ms(repeat: int = 3) -> float:
     times = []
     for _ in range(max(1, repeat)):
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "pass"], check=True, timeout=60)
+        subprocess.run([pod_python(), "-c", "pass"], check=True, timeout=60)
         times.append((time.perf_counter() - started) * 1000)
     return _median(times)
 
@@ -380,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         {
             "target_own_ms": TARGET_OWN_MS,
             "python_start_ms": interpreter_ms,
+            "commands_from": console_script(),
             "load_average": os.getloadavg(),
             "cpu_count": os.cpu_count(),
             "results": rows,
