@@ -106,6 +106,9 @@ class RevisionStore:
             await asyncio.to_thread(self.root.mkdir, parents=True, exist_ok=True)
         except OSError as exc:
             raise StorageFailed(f"revision store {self.root} cannot be created: {exc}") from None
+        swept = await asyncio.to_thread(_sweep_trash, self.root)
+        if swept:
+            log.info("removed %d folders of deleted bundles left behind", len(swept))
         for namespace, bundle in await asyncio.to_thread(self._bundles):
             path = self.root / namespace / bundle / LOCK
             fd = await asyncio.to_thread(os.open, path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
@@ -352,7 +355,7 @@ class RevisionStore:
             trash = base.parent / f"{TRASH_PREFIX}{bundle}-{secrets.token_hex(6)}"
             with contextlib.suppress(FileNotFoundError):
                 await asyncio.to_thread(os.rename, base, trash)
-        await asyncio.to_thread(_remove_tree, trash)
+        await _remove_for_good(trash)
         self._locks.pop((namespace, bundle), None)
         if mirror is not None:
             await asyncio.to_thread(mirrors.release, mirror, namespace, bundle)
@@ -389,6 +392,46 @@ class RevisionStore:
             fetched_at=now,
         )
         return RevisionRecord(revision=revision, synced_at=now, details=details or {})
+
+
+#: Attempts, and seconds between them, at removing a bundle's renamed-away folder.
+TRASH_ATTEMPTS = 10
+TRASH_PAUSE = 0.5
+
+
+async def _remove_for_good(path: Path) -> None:
+    """Remove a bundle's folder renamed away by its deletion. A sync of the bundle cancelled at
+    that moment may still hold a folder of it open and write into it while ``rmtree`` runs
+    (``ENOTEMPTY``): try again for a few seconds; whatever is still left is logged, and the
+    next :meth:`RevisionStore.open` removes it."""
+    problem: OSError | None = None
+    for attempt in range(TRASH_ATTEMPTS):
+        try:
+            await asyncio.to_thread(_remove_tree, path)
+            problem = None
+        except OSError as exc:
+            problem = exc
+        if not await asyncio.to_thread(os.path.lexists, path):
+            return
+        if attempt + 1 < TRASH_ATTEMPTS:
+            await asyncio.sleep(TRASH_PAUSE)
+    log.warning("could not remove %s yet (%s); the next start removes it", path, problem)
+
+
+def _sweep_trash(root: Path) -> list[str]:
+    """Remove the folders deletions renamed away and could not remove (``<namespace>/.trash-*``)."""
+    removed: list[str] = []
+    with os.scandir(root) as namespaces:
+        for ns in namespaces:
+            if ns.name.startswith(".") or not ns.is_dir(follow_symlinks=False):
+                continue
+            with os.scandir(ns.path) as entries:
+                doomed = [Path(e.path) for e in entries if e.name.startswith(TRASH_PREFIX)]
+            for path in doomed:
+                with contextlib.suppress(OSError):
+                    _remove_tree(path)
+                removed.append(f"{ns.name}/{path.name}")
+    return removed
 
 
 def _remove_tree(path: Path) -> None:

@@ -7,6 +7,7 @@ import fcntl
 import os
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -176,6 +177,54 @@ async def test_delete_bundle_removes_everything(store: RevisionStore, tmp_path: 
     await store.delete_bundle(NAMESPACE, "bundle")
     assert not (store.root / NAMESPACE / "bundle").exists()
     assert [p.name for p in (store.root / NAMESPACE).iterdir()] == []
+
+
+async def test_delete_bundle_outlasts_a_writer_still_inside_the_folder(
+    store: RevisionStore, tmp_path: Path
+) -> None:
+    """A sync cancelled by the deletion may still hold a folder of the bundle open and write
+    into it while it is removed (rmtree then fails with ENOTEMPTY, or misses the new files):
+    the deletion tries again until the folder is gone, instead of leaving it for good."""
+    folder = tmp_path / "vol"
+    folder.mkdir()
+    (folder / "a.txt").write_text("x")
+    await sync_source(store, volume(folder))
+    inside = os.open(store.root / NAMESPACE / "bundle", os.O_RDONLY | os.O_DIRECTORY)
+    for n in range(3000):  # enough for rmtree to take a while after it listed the folder
+        os.close(os.open(f"early-{n}", os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=inside))
+    writing = asyncio.Event()
+
+    def write_for_a_while() -> None:
+        try:
+            for n in range(400):  # about a second of new files, through the open folder
+                fd = os.open(f"late-{n}", os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=inside)
+                os.write(fd, b"x" * 4096)
+                os.close(fd)
+                if n == 20:
+                    loop.call_soon_threadsafe(writing.set)
+                time.sleep(0.0025)
+        except FileNotFoundError:
+            pass  # the folder went while we wrote: fine, nothing more to write
+
+    loop = asyncio.get_running_loop()
+    writer = asyncio.ensure_future(asyncio.to_thread(write_for_a_while))
+    await writing.wait()
+    try:
+        await store.delete_bundle(NAMESPACE, "bundle")
+    finally:
+        await writer
+        os.close(inside)
+    assert [p.name for p in (store.root / NAMESPACE).iterdir()] == []
+
+
+async def test_open_removes_folders_deletions_left_behind(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    left = root / NAMESPACE / ".trash-gone-0123456789ab"
+    (left / "rev" / "deep").mkdir(parents=True)
+    (left / "rev" / "deep" / "file").write_text("x")
+    store = RevisionStore(root)
+    await store.open()
+    assert [p.name for p in (root / NAMESPACE).iterdir()] == []
 
 
 @pytest.mark.parametrize(("namespace", "bundle"), [("Bad_NS", "b"), ("ns", "../escape")])
