@@ -13,7 +13,6 @@ bundle's first pass binding its Dags) is reported beside it.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import time
 import urllib.request
 import uuid
@@ -26,19 +25,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from benchmarks._operator_env import (
     OperatorProcess,
     admin_api,
-    bundle_manifest,
     chart_operator,
-    handler_spec,
     is_ready,
     list_bundles,
     log,
     make_namespace,
-    typescript_artifact,
     wait_until,
-    write_world_readable,
 )
 from taskhandler_devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_devenv.operator_process import apply_all
 from taskhandler_operator.records import TaskHandlerArtifact
 
 #: Every bundle's first pass after a restart, at 1,000 bundles x 20 artifacts (issue 24).
@@ -80,56 +74,19 @@ def _populate(
 ) -> list[str]:
     """The steady phase's bundles (volume sources, their answers recorded as Airflow's Dag
     processor would), unbound: the first operator binds them."""
-    from benchmarks.operator import _record, renamed, seed_dags
-    from taskhandler_operator.artifacts.listing import list_candidates
-    from taskhandler_operator.artifacts.models import Language
+    from benchmarks.operator import volume_bundles
 
-    root = work / "volumes" / label
-    dags: dict[str, tuple[str, Sequence[str]]] = {}
-    specs: dict[str, list[tuple[str, str, str]]] = {}
-    for b in range(args.bundles):
-        name = f"{label}-{b:04d}"
-        dag_id = f"{label}_{name}"
-        tasks = [f"t{a}" for a in range(args.artifacts)]
-        dags[dag_id] = (name, tasks)
-        specs[name] = []
-        for a, task in enumerate(tasks):
-            rel = f"a{a:02d}.min.mjs"
-            write_world_readable(
-                root / name / rel, typescript_artifact(handler_spec(dag_id, [task]))
-            )
-            specs[name].append((rel, dag_id, task))
-    seed_dags(url, dags)
-    manifests = [
-        bundle_manifest(
-            namespace, name, {"volume": {"path": str(root / name)}}, interval=args.interval
-        )
-        for name in specs
-    ]
-    for start in range(0, len(manifests), 200):
-        apply_all(kube, manifests[start : start + 200])
-    api = admin_api(kube)
-    try:
-        uids = {i["metadata"]["name"]: i["metadata"]["uid"] for i in list_bundles(api, namespace)}
-    finally:
-        api.close()
-    rows: dict[str, list[TaskHandlerArtifact]] = {}
-    for name, entries in specs.items():
-        by_rel = {
-            c.rel_path: c for c in list_candidates(root / name, Language.TYPESCRIPT).candidates
-        }
-        rows[name] = [
-            TaskHandlerArtifact(
-                bundle_name=name,
-                relative_fileloc=rel,
-                size_bytes=by_rel[rel].size_bytes,
-                cache_digest=by_rel[rel].cache_digest,
-                task_handlers=renamed(template, dag_id, task),
-            )
-            for rel, dag_id, task in entries
-        ]
-    asyncio.run(_record(url, namespace, uids, rows))
-    return list(specs)
+    return volume_bundles(
+        kube,
+        url,
+        work / "volumes" / label,
+        namespace,
+        template,
+        [(f"{label}-{b:04d}", f"{label}_{label}-{b:04d}") for b in range(args.bundles)],
+        args.artifacts,
+        args.interval,
+        label=label,
+    )
 
 
 def _converge(op: OperatorProcess, names: Sequence[str], what: str) -> dict[str, Any]:

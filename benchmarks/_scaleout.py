@@ -16,11 +16,10 @@ reconcile-duration histogram on its own /metrics) and the apiserver's requests
 from __future__ import annotations
 
 import argparse
-import asyncio
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,21 +29,14 @@ from benchmarks._operator_env import (
     RECONCILES,
     WRITE_VERBS,
     OperatorProcess,
-    admin_api,
     apiserver_requests,
-    bundle_manifest,
     chart_operator,
-    handler_spec,
-    list_bundles,
     log,
     make_namespace,
     request_delta,
-    typescript_artifact,
     wait_until,
-    write_world_readable,
 )
 from taskhandler_devenv.kubecluster.control_plane import KubeCluster
-from taskhandler_devenv.operator_process import apply_all
 from taskhandler_operator.kube import names
 from taskhandler_operator.kube.duration import parse_duration
 from taskhandler_operator.records import TaskHandlerArtifact
@@ -182,64 +174,22 @@ def prepare(
     args: argparse.Namespace,
     template: TaskHandlerArtifact,
     namespace: str,
-    *,
-    seed_dags: Callable[[str, dict[str, tuple[str, Sequence[str]]]], None],
-    record: Callable[[str, str, dict[str, str], dict[str, list[TaskHandlerArtifact]]], Any],
-    renamed: Callable[[TaskHandlerArtifact, str, str], dict[str, Any]],
 ) -> list[str]:
     """The bundles, their volumes, Dags and recorded answers (as the steady phase makes them:
     every artifact known before the operator starts); their names in order."""
-    from taskhandler_operator.artifacts.listing import list_candidates
-    from taskhandler_operator.artifacts.models import Language
+    from benchmarks.operator import volume_bundles
 
-    count, artifacts = args.scaleout_bundles, args.scaleout_artifacts
-    log(f"scaleout: writing {count} bundles x {artifacts} artifacts")
-    root = work / "volumes" / "scaleout"
-    dags: dict[str, tuple[str, Sequence[str]]] = {}
-    specs: dict[str, list[tuple[str, str, str]]] = {}
-    for b in range(count):
-        name = f"so-{b:05d}"
-        dag_id = f"scaleout_{b:05d}"
-        tasks = [f"t{a}" for a in range(artifacts)]
-        dags[dag_id] = (name, tasks)
-        specs[name] = []
-        for a, task in enumerate(tasks):
-            rel = f"a{a:02d}.min.mjs"
-            write_world_readable(
-                root / name / rel, typescript_artifact(handler_spec(dag_id, [task]))
-            )
-            specs[name].append((rel, dag_id, task))
-    seed_dags(url, dags)
-    manifests = [
-        bundle_manifest(
-            namespace, name, {"volume": {"path": str(root / name)}}, interval=args.scaleout_interval
-        )
-        for name in specs
-    ]
-    for start in range(0, len(manifests), 200):
-        apply_all(kube, manifests[start : start + 200])
-    api = admin_api(kube)
-    try:
-        uids = {i["metadata"]["name"]: i["metadata"]["uid"] for i in list_bundles(api, namespace)}
-    finally:
-        api.close()
-    log("scaleout: recording the known answers (as Airflow's Dag processor would)")
-    rows: dict[str, list[TaskHandlerArtifact]] = {}
-    for name, entries in specs.items():
-        listing = list_candidates(root / name, Language.TYPESCRIPT)
-        by_rel = {c.rel_path: c for c in listing.candidates}
-        rows[name] = [
-            TaskHandlerArtifact(
-                bundle_name=name,
-                relative_fileloc=rel,
-                size_bytes=by_rel[rel].size_bytes,
-                cache_digest=by_rel[rel].cache_digest,
-                task_handlers=renamed(template, dag_id, task),
-            )
-            for rel, dag_id, task in entries
-        ]
-    asyncio.run(record(url, namespace, uids, rows))
-    return list(specs)
+    return volume_bundles(
+        kube,
+        url,
+        work / "volumes" / "scaleout",
+        namespace,
+        template,
+        [(f"so-{b:05d}", f"scaleout_{b:05d}") for b in range(args.scaleout_bundles)],
+        args.scaleout_artifacts,
+        args.scaleout_interval,
+        label="scaleout",
+    )
 
 
 def relabel(kube: KubeCluster, namespace: str, bundles: Sequence[str], shard: str) -> None:
@@ -399,25 +349,11 @@ def scaleout_phase(
     work: Path,
     args: argparse.Namespace,
     template: TaskHandlerArtifact,
-    *,
-    seed_dags: Callable[[str, dict[str, tuple[str, Sequence[str]]]], None],
-    record: Callable[[str, str, dict[str, str], dict[str, list[TaskHandlerArtifact]]], Any],
-    renamed: Callable[[TaskHandlerArtifact, str, str], dict[str, Any]],
 ) -> dict[str, Any]:
     """The whole phase: one shard, then two shards of half the same bundles each."""
     namespace = f"bench-scaleout-{uuid.uuid4().hex[:6]}"
     make_namespace(kube, namespace)
-    bundles = prepare(
-        kube,
-        url,
-        work,
-        args,
-        template,
-        namespace,
-        seed_dags=seed_dags,
-        record=record,
-        renamed=renamed,
-    )
+    bundles = prepare(kube, url, work, args, template, namespace)
     half = len(bundles) // 2
     moved = bundles[half:]
     single = run_configuration(

@@ -520,32 +520,30 @@ def settle_seconds(args: argparse.Namespace) -> float:
     return parse_duration(args.interval).total_seconds() * 1.2 + 10.0
 
 
-def steady_phase(
+def volume_bundles(
     kube: KubeCluster,
-    server: PostgresServer,
     url: str,
-    work: Path,
-    args: argparse.Namespace,
+    root: Path,
+    namespace: str,
     template: TaskHandlerArtifact,
-    bundles: int,
+    bundles: Sequence[tuple[str, str]],
     artifacts: int,
+    interval: str,
+    *,
     label: str,
-    policy: str | None = None,
-) -> dict[str, Any]:
+    **spec: Any,
+) -> list[str]:
+    """Bundles (name, Dag id) with volume sources under ``root``, ``artifacts`` TypeScript
+    artifacts each (one stub task apiece), their Dags seeded, applied with ``interval`` (and
+    ``spec``'s extra fields), and every answer recorded as Airflow's Dag processor would, so
+    no probe Job is needed; their names in order. Every phase with a bound world makes it so."""
     from taskhandler_operator.artifacts.listing import list_candidates
     from taskhandler_operator.artifacts.models import Language
 
-    namespace = f"bench-{label}-{uuid.uuid4().hex[:6]}"
-    make_namespace(kube, namespace)
-    api = admin_api(kube)
-    jobs = JobWatcher(api, namespace).start()
-    log(f"{label}: writing {bundles} bundles x {artifacts} artifacts")
-    root = work / "volumes" / label
+    log(f"{label}: writing {len(bundles)} bundles x {artifacts} artifacts")
     dags: dict[str, tuple[str, Sequence[str]]] = {}
     specs: dict[str, list[tuple[str, str, str]]] = {}  # name -> (rel, dag, task)
-    for b in range(bundles):
-        name = f"{label}-{b:04d}"
-        dag_id = f"{label}_{name}"
+    for name, dag_id in bundles:
         tasks = [f"t{a}" for a in range(artifacts)]
         dags[dag_id] = (name, tasks)
         specs[name] = []
@@ -555,23 +553,19 @@ def steady_phase(
             write_world_readable(root / name / rel, data)
             specs[name].append((rel, dag_id, task))
     seed_dags(url, dags)
-    # None: no spec.publish at all, exactly the manifests from before publish policies existed.
-    publish: dict[str, Any] = {} if policy is None else {"publish": {"policy": policy}}
     manifests = [
         bundle_manifest(
-            namespace,
-            name,
-            {"volume": {"path": str(root / name)}},
-            interval=args.interval,
-            **publish,
+            namespace, name, {"volume": {"path": str(root / name)}}, interval=interval, **spec
         )
         for name in specs
     ]
     for start in range(0, len(manifests), 200):
         apply_all(kube, manifests[start : start + 200])
-    uids = {
-        item["metadata"]["name"]: item["metadata"]["uid"] for item in list_bundles(api, namespace)
-    }
+    api = admin_api(kube)
+    try:
+        uids = {i["metadata"]["name"]: i["metadata"]["uid"] for i in list_bundles(api, namespace)}
+    finally:
+        api.close()
     log(f"{label}: recording the known answers (as Airflow's Dag processor would)")
     rows: dict[str, list[TaskHandlerArtifact]] = {}
     for name, entries in specs.items():
@@ -588,6 +582,39 @@ def steady_phase(
             for rel, dag_id, task in entries
         ]
     asyncio.run(_record(url, namespace, uids, rows))
+    return list(specs)
+
+
+def steady_phase(
+    kube: KubeCluster,
+    server: PostgresServer,
+    url: str,
+    work: Path,
+    args: argparse.Namespace,
+    template: TaskHandlerArtifact,
+    bundles: int,
+    artifacts: int,
+    label: str,
+    policy: str | None = None,
+) -> dict[str, Any]:
+    namespace = f"bench-{label}-{uuid.uuid4().hex[:6]}"
+    make_namespace(kube, namespace)
+    api = admin_api(kube)
+    jobs = JobWatcher(api, namespace).start()
+    # None: no spec.publish at all, exactly the manifests from before publish policies existed.
+    publish: dict[str, Any] = {} if policy is None else {"publish": {"policy": policy}}
+    volume_bundles(
+        kube,
+        url,
+        work / "volumes" / label,
+        namespace,
+        template,
+        [(f"{label}-{b:04d}", f"{label}_{label}-{b:04d}") for b in range(bundles)],
+        artifacts,
+        args.interval,
+        label=label,
+        **publish,
+    )
 
     op = chart_operator(
         kube, namespace, url, work / f"{label}-operator", parallelism=args.parallelism
@@ -1222,16 +1249,7 @@ def main(argv: list[str] | None = None) -> int:
         if "watch" in phases:
             result["watch"] = watch_phase(kube, url, work, args)
         if "scaleout" in phases and template is not None:
-            result["scaleout"] = _scaleout.scaleout_phase(
-                kube,
-                url,
-                work,
-                args,
-                template,
-                seed_dags=seed_dags,
-                record=_record,
-                renamed=renamed,
-            )
+            result["scaleout"] = _scaleout.scaleout_phase(kube, url, work, args, template)
     if "cost" in phases:
         result["probe_cost"] = probe_cost_phase()
     rows = targets(result)
