@@ -23,10 +23,16 @@ from taskhandler_operator.airflow.serialized import DagReadProblem, DagStubs, St
 from taskhandler_operator.airflow.snapshot import InventorySnapshot
 from taskhandler_operator.db.write_models import BundlePass
 from taskhandler_operator.db.write_statements import prepare_params
-from taskhandler_operator.publication.changes import BindingRow, compute_change, proposed_rows
+from taskhandler_operator.publication.changes import (
+    BindingRow,
+    ChangeSet,
+    compute_change,
+    proposed_rows,
+)
 from taskhandler_operator.records import (
     ArtifactRecord,
     BundleOwner,
+    BundleProblem,
     TaskHandlerArtifact,
     TaskHandlerDeclaration,
     TaskHandlerParam,
@@ -118,10 +124,10 @@ class Decided:
     result: ValidationResult = field(compare=False)  # its verdicts differ, by design
     bindings: Mapping[str, list[object]]
     wanted: list[BindingRow]
-    problems: list[object]
+    problems: list[BundleProblem]
     removed_from: frozenset[str]  # the Dags whose rows of this bundle the pass reconciles
     proposed: list[BindingRow]
-    change: object
+    change: ChangeSet
     outcomes: Mapping[str, str]
 
 
@@ -281,15 +287,13 @@ def test_rows_of_a_dag_that_moved_queue_go_and_rows_of_a_dag_airflow_lost_stay()
             task_handlers={"dag0": [TaskHandlerDeclaration(task_id="extract", params=None)]},
         )
     ]
-    args = ({"dag0": moved}, ["java"], artifacts, [], rows)
-
-    after = narrowed_pass(*args)
+    after = narrowed_pass({"dag0": moved}, ["java"], artifacts, [], rows)
 
     assert after.result.verdicts == ()  # nothing of the bundle's queues to validate
     assert after.removed_from == {"dag0"}
     assert [r.dag_id for r in after.proposed] == ["dag1"]
     assert after.outcomes == {"dag0": "reconciled"}
-    assert after == full_pass(*args)
+    assert after == full_pass({"dag0": moved}, ["java"], artifacts, [], rows)
 
 
 @given(dags=inventories(), queues=st.lists(queue, max_size=3, unique=True))
