@@ -36,9 +36,10 @@ class InventorySnapshot(Mapping[str, DagStubs]):
                     any_queue.add(dag_id)
                 else:
                     problems_on[problem.queue].add(dag_id)
-        self._stubs_on = {queue: frozenset(ids) for queue, ids in stubs_on.items()}
-        self._problems_on = {queue: frozenset(ids) for queue, ids in problems_on.items()}
-        self._any_queue = frozenset(any_queue)
+        # Tuples, not sets: a thousand queues of one Dag each, kept by every snapshot alive.
+        self._stubs_on = {queue: tuple(ids) for queue, ids in stubs_on.items()}
+        self._problems_on = {queue: tuple(ids) for queue, ids in problems_on.items()}
+        self._any_queue = tuple(any_queue)
 
     @classmethod
     def of(cls, dags: Mapping[str, DagStubs]) -> InventorySnapshot:
@@ -64,7 +65,7 @@ class InventorySnapshot(Mapping[str, DagStubs]):
         """The Dags with a stub on one of ``queues``, sorted."""
         ids: set[str] = set()
         for queue in set(queues):
-            ids |= self._stubs_on.get(queue, frozenset())
+            ids.update(self._stubs_on.get(queue, ()))
         return tuple(sorted(ids))
 
     def concerning(self, queues: Iterable[str]) -> list[DagStubs]:
@@ -74,6 +75,6 @@ class InventorySnapshot(Mapping[str, DagStubs]):
         wanted = set(queues)
         ids = set(self._any_queue)
         for queue in wanted:
-            ids |= self._stubs_on.get(queue, frozenset())
-            ids |= self._problems_on.get(queue, frozenset())
+            ids.update(self._stubs_on.get(queue, ()))
+            ids.update(self._problems_on.get(queue, ()))
         return [self._dags[dag_id] for dag_id in sorted(ids)]
