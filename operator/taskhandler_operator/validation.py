@@ -110,10 +110,12 @@ def validate_bundle(
 ) -> ValidationResult:
     """Validate every Dag's stubs on ``queues`` against the bundle's ``artifacts``.
 
-    Every Dag gets a verdict; one with no stub on these queues gets ``bindings=()``, which
-    tells the writer to remove any rows this bundle held for it. An artifact that declares no
-    handler at all is a warning of its own (``artifact_problems``) and is named in every
-    "no artifact registers it" error, because it is the likely reason.
+    Every Dag of ``dags`` gets a verdict; one with no stub on these queues gets ``bindings=()``,
+    which tells the writer to remove any rows this bundle held for it. A pass hands only the
+    Dags that concern its queues (``InventorySnapshot.concerning``): the others' verdicts are
+    all that one, which the writer applies itself (``BundlePass.inventory_dags``). An artifact
+    that declares no handler at all is a warning of its own (``artifact_problems``) and is
+    named in every "no artifact registers it" error, because it is the likely reason.
     """
     artifact_list = list(artifacts)
     queue_set = frozenset(queues)

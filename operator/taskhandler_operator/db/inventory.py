@@ -13,7 +13,9 @@ worker thread so the event loop never decodes JSON). The state lives in the
 One inventory serves every bundle of an operator, and bundles reconcile concurrently: refreshes
 take turns (an ``asyncio.Lock``), and each publishes a new mapping instead of editing the old,
 so a pass validating against :attr:`StubInventory.dags` (in a worker thread) keeps a consistent
-snapshot while another pass refreshes.
+snapshot while another pass refreshes. That mapping is an
+:class:`~taskhandler_operator.airflow.snapshot.InventorySnapshot`: indexed by queue once per
+refresh that changed something, so that each pass reads only the Dags of its own queues.
 """
 
 from __future__ import annotations
@@ -21,9 +23,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -40,6 +41,7 @@ from taskhandler_operator.airflow.serialized import (
     decode_document,
     read_stubs,
 )
+from taskhandler_operator.airflow.snapshot import InventorySnapshot
 from taskhandler_operator.db.airflow_tables import dag, dag_version, serialized_dag
 from taskhandler_operator.db.engine import connection
 
@@ -115,11 +117,11 @@ class StubInventory:
         self.default_queue = default_queue
         self.fetch_chunk = fetch_chunk
         self._seen: dict[str, _RowKey] = {}
-        self._dags: Mapping[str, DagStubs] = MappingProxyType({})
+        self._dags = InventorySnapshot()
         self._refreshing = asyncio.Lock()
 
     @property
-    def dags(self) -> Mapping[str, DagStubs]:
+    def dags(self) -> InventorySnapshot:
         """The inventory as of the last refresh, by dag_id: an immutable snapshot that later
         refreshes replace rather than change, and replace only when something changed (so an
         unchanged inventory is the very same object)."""
@@ -167,8 +169,10 @@ class StubInventory:
             for dag_id, (key, stubs) in parsed.items():
                 seen[dag_id] = key
                 dags[dag_id] = stubs
+            # Indexed off the event loop: a pass over a thousand Dags of stubs.
+            snapshot = await asyncio.to_thread(InventorySnapshot, dags)
             self._seen = seen
-            self._dags = MappingProxyType(dags)
+            self._dags = snapshot
         # else the snapshot stays the same object: "``dags is`` the last pass's" means unchanged.
         # A row that vanished between the two queries is picked up by the next refresh.
         return InventoryDelta(

@@ -1,15 +1,17 @@
 """The write path's inputs and results (validated values; no statements, no I/O).
 
 :class:`BundlePass` is what one pass of one bundle hands to ``writer.write_pass``: the bundle's
-current artifacts (:class:`ArtifactRecord`), one verdict per Dag, and who writes it.
+current artifacts (:class:`ArtifactRecord`), a verdict per Dag it concerns, and who writes it.
 :class:`PassResult` says what the pass changed, row by row.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SkipValidation, model_validator
 
 from taskhandler_operator.publication.history import PublishOutcome
 from taskhandler_operator.publication.policy import PublishControl
@@ -33,12 +35,28 @@ class BundlePass(BaseModel):
     queues: tuple[str, ...]
     artifacts: tuple[ArtifactRecord, ...] = ()
     verdicts: tuple[DagVerdict, ...] = ()
+    # The Dags of Airflow's stub inventory (its keys, not copied nor validated: a thousand).
+    # A Dag among them without a verdict is reconciled to no binding: the writer removes the
+    # bundle's rows of it, as a verdict without bindings would. So a pass validates only the
+    # Dags of its own queues, and its rows of a Dag that lost its stubs or moved queue still
+    # go. None: only the verdicts' Dags are touched (a Dag Airflow no longer has keeps its rows
+    # either way).
+    inventory_dags: Annotated[AbstractSet[str] | None, SkipValidation] = None
     # Problems about the bundle as a whole (no Dag), stored beside the Dags' own.
     problems: tuple[BundleProblem, ...] = ()
     # Delete this bundle's artifact rows that are not in ``artifacts`` and have no binding.
     sweep_orphans: bool = True
     # The publish policy, the revision and the approval or rollback asked for (publication/).
     publish: PublishControl = PublishControl()
+
+    def unjudged(self, held: Iterable[str]) -> list[str]:
+        """Of the Dags the bundle has rows of (``held``), those of the inventory without a
+        verdict, sorted: the pass reconciles them to no binding (``inventory_dags``)."""
+        inventory = self.inventory_dags
+        if inventory is None:
+            return []
+        judged = {v.dag_id for v in self.verdicts}
+        return sorted({d for d in held if d not in judged and d in inventory})
 
     @model_validator(mode="after")
     def _consistent(self) -> BundlePass:

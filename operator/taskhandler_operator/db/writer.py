@@ -1,6 +1,6 @@
 """The write path: one transaction per bundle pass.
 
-A pass hands over the bundle's current artifacts and one verdict per Dag
+A pass hands over the bundle's current artifacts and a verdict per Dag it concerns
 (:mod:`taskhandler_operator.validation`). In one transaction, with a fixed number of statements
 whatever the number of artifacts or bindings (every row set travels as one array parameter per
 column and is expanded with ``unnest``):
@@ -13,8 +13,9 @@ column and is expanded with ``unnest``):
    relative_fileloc_hash)``: a concurrent writer of the same artifact, ours or Airflow's,
    neither fails nor duplicates), then the revision each freshly probed artifact came from;
 3. for the Dags that validated, delete this bundle's rows whose task vanished and upsert the
-   rest; a ``(dag_id, task_id)`` whose row points at another bundle's artifact is a conflict:
-   reported, never overwritten;
+   rest (a Dag of the inventory without a verdict counts as validated with no binding: see
+   ``BundlePass.inventory_dags``); a ``(dag_id, task_id)`` whose row points at another
+   bundle's artifact is a conflict: reported, never overwritten;
 4. leave every row of a Dag with problems untouched;
 5. sweep this bundle's artifact rows that are no longer listed and that nothing references;
 6. replace the bundle's problem rows (unchanged problems are not rewritten).
@@ -28,6 +29,7 @@ This module is the executor; the inputs and results are in :mod:`.write_models`,
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -211,6 +213,12 @@ class _PassWriter:
         # What is published now, read before this pass's artifact rows change under it.
         self.result.statements += 1
         state = await read_published(self.conn, p.bundle_name, params.reconciled_dag_ids)
+        # Under the bundle's lock: a row another pass of the bundle wrote is not missed.
+        unjudged = p.unjudged(r.dag_id for r in state.rows)
+        if unjudged:
+            params = dataclasses.replace(
+                params, reconciled_dag_ids=[*params.reconciled_dag_ids, *unjudged]
+            )
         await self._write_artifacts(params)
         proposed, change = await asyncio.to_thread(_propose, state, params)
         publisher = _Publisher(self, state, proposed, change)
@@ -251,7 +259,9 @@ class _PassWriter:
             for row in held_rows
         )
         conflicted = {c.dag_id for c in conflicts}
-        self.result.dag_outcomes = {v.dag_id: _outcome(v, conflicted) for v in p.verdicts}
+        outcomes: dict[str, DagOutcome] = {v.dag_id: _outcome(v, conflicted) for v in p.verdicts}
+        outcomes.update((dag_id, "reconciled") for dag_id in unjudged)
+        self.result.dag_outcomes = dict(sorted(outcomes.items()))
         return self.result
 
     async def _replace_bindings(

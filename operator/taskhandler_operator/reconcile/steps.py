@@ -37,6 +37,7 @@ from typing import TypeVar
 from pydantic import ValidationError
 
 from taskhandler_operator.airflow.serialized import DagStubs
+from taskhandler_operator.airflow.snapshot import InventorySnapshot
 from taskhandler_operator.artifacts.listing import ListingCache, ListingProblem, list_candidates
 from taskhandler_operator.artifacts.models import Candidate
 from taskhandler_operator.artifacts.planner import (
@@ -211,8 +212,14 @@ def _records_of(
 async def validate(store: Store, spec: BundleSpec, planned: Planned, probed: Probed) -> Validated:
     """Every Dag's stubs on the bundle's queues against the bundle's answers. Artifacts without
     an answer are named in "no artifact registers it" problems, since they may be why. The
-    stub inventory is refreshed here, after the probes (which may take minutes)."""
+    stub inventory is refreshed here, after the probes (which may take minutes).
+
+    Only the Dags that concern the bundle's queues get a verdict (read from the inventory's
+    queue index): any other Dag's would be "no binding, no problem", which the writer applies
+    itself to the Dags the bundle has rows of (``BundlePass.inventory_dags``). A pass so costs
+    what its own Dags cost, not what all of Airflow's do."""
     dags = await store.stub_inventory()
+    concerning = InventorySnapshot.of(dags).concerning(spec.queues)
     broken = [
         BrokenCandidate(rel_path=c.rel_path, reason=c.error or "unreadable")
         for c in planned.plan.rejected
@@ -221,7 +228,7 @@ async def validate(store: Store, spec: BundleSpec, planned: Planned, probed: Pro
         validate_bundle,
         bundle_name=spec.bundle_name,
         queues=spec.queues,
-        dags=list(dags.values()),
+        dags=concerning,
         artifacts=[r.artifact for r in probed.records],
         broken=broken,
     )
@@ -253,6 +260,7 @@ async def write(
         queues=spec.queues,
         artifacts=probed.records,
         verdicts=validated.result.verdicts,
+        inventory_dags=validated.dags.keys(),
         publish=publish,
     )
     return await store.write(bundle_pass)
@@ -530,9 +538,8 @@ def slim(outcome: PassOutcome) -> PassOutcome:
     each answer's handler count), the candidates and the verdicts that concern the bundle.
 
     Dropped: the answers themselves (the reused records, and the cached artifacts' declarations,
-    about 30 KiB for 20 artifacts), and the verdicts of the Dags without a stub on the bundle's
-    queues (validation gives every Dag of the inventory one: a thousand per bundle over a
-    thousand Dags) with their outcomes."""
+    about 30 KiB for 20 artifacts), and any verdict without a binding or a problem, with the
+    outcomes of the Dags that have none left (those whose rows the pass removed)."""
     result = outcome.validated.result
     verdicts = tuple(v for v in result.verdicts if v.bindings != () or v.errors or v.warnings)
     concerned = {v.dag_id for v in verdicts}
@@ -560,10 +567,7 @@ def slim(outcome: PassOutcome) -> PassOutcome:
 
 def queue_dags(dags: Mapping[str, DagStubs], queues: Sequence[str]) -> tuple[str, ...]:
     """The Dags with a stub on one of ``queues``: the bindings a conflict may come from."""
-    wanted = frozenset(queues)
-    return tuple(
-        sorted(dag_id for dag_id, dag in dags.items() if any(s.queue in wanted for s in dag.stubs))
-    )
+    return InventorySnapshot.of(dags).with_stubs_on(queues)
 
 
 __all__ = [

@@ -72,12 +72,16 @@ async def reconcile(
     revision: str | None = "rev-1",
     publish: PublishControl | None = None,
 ) -> tuple[ValidationResult, PassResult]:
-    """One bundle pass the way the controller runs it: inventory, validate, write."""
+    """One bundle pass the way the controller runs it: inventory, validate (the Dags of the
+    bundle's queues), write (told the inventory's Dags, to remove the rows of the others)."""
     inventory = inventory or StubInventory()
     await inventory.refresh(engine)
     artifact_list = list(artifacts)
     result = validate_bundle(
-        bundle_name=bundle, queues=queues, dags=inventory.dags.values(), artifacts=artifact_list
+        bundle_name=bundle,
+        queues=queues,
+        dags=inventory.dags.concerning(queues),
+        artifacts=artifact_list,
     )
     records = tuple(
         ArtifactRecord(
@@ -89,7 +93,15 @@ async def reconcile(
     )
     control = {} if publish is None else {"publish": publish}
     written = await write_pass(
-        engine, bundle_pass(bundle, queues, artifacts=records, verdicts=result.verdicts, **control)
+        engine,
+        bundle_pass(
+            bundle,
+            queues,
+            artifacts=records,
+            verdicts=result.verdicts,
+            inventory_dags=inventory.dags.keys(),
+            **control,
+        ),
     )
     return result, written
 

@@ -76,6 +76,29 @@ async def test_second_read_parses_only_what_changed(engine: AsyncEngine) -> None
     assert inventory.dags["d3"].problems == ()  # not re-read
 
 
+async def test_each_refresh_indexes_the_dags_by_queue(engine: AsyncEngine) -> None:
+    """The queue index a pass reads its own Dags from follows every change a refresh finds:
+    a stub moving queue, a Dag deleted, a Dag unreadable (which concerns every queue)."""
+    await add_dags(engine, simple("a", "t"), simple("b", "t", queue="go"), simple("c", "t"))
+    inventory = StubInventory()
+    await inventory.refresh(engine)
+    assert inventory.dags.with_stubs_on(["java"]) == ("a", "c")
+    assert [d.dag_id for d in inventory.dags.concerning(["go"])] == ["b"]
+    async with engine.begin() as conn:
+        await conn.run_sync(lambda c: insert_dag(c, simple("a", "t", queue="go")))
+        await conn.run_sync(delete_dag, "b")
+        await conn.execute(
+            sa.text(
+                "UPDATE serialized_dag SET data = '[]'::jsonb, dag_hash = 'x' WHERE dag_id = 'c'"
+            )
+        )
+    await inventory.refresh(engine)
+    assert inventory.dags.with_stubs_on(["java"]) == ()
+    assert inventory.dags.with_stubs_on(["go"]) == ("a",)
+    assert [d.dag_id for d in inventory.dags.concerning(["java"])] == ["c"]
+    assert [d.dag_id for d in inventory.dags.concerning(["go"])] == ["a", "c"]
+
+
 async def test_newest_version_wins(engine: AsyncEngine) -> None:
     await add_dags(engine, simple("etl", "old"))
     await add_dags(engine, simple("etl", "new"))

@@ -232,6 +232,39 @@ async def test_deleting_the_dag_cascades_its_bindings(engine: AsyncEngine) -> No
     assert await count(engine, "lang_sdk_task_handler_artifact") == 2  # artifacts are a cache
 
 
+async def test_a_narrowed_pass_removes_the_rows_of_a_dag_without_a_verdict(
+    engine: AsyncEngine,
+) -> None:
+    """A pass validates only the Dags of its queues: its rows of a Dag of the inventory that
+    has no stub on them any more go (as a verdict without bindings did); its rows of a Dag
+    Airflow no longer has stay (as they did: no verdict); other bundles' rows are not touched."""
+    await add_dags(engine, etl_document(), dag_document("gone", [stub_task("t", queue="java")]))
+    gone = artifact("java", "gone.jar", {"gone": [declaration("t")]})
+    await reconcile(engine, "java", ["java"], [*java_artifacts(), gone])
+    go = [artifact("go", "bin/etl", {"etl": [declaration("ship")]})]
+    await reconcile(engine, "go", ["go"], go)
+    assert len(await bindings(engine)) == 4
+    async with engine.begin() as conn:
+        # etl's java stubs move to queue "scala"; "gone" goes stale (Airflow keeps its rows).
+        await conn.run_sync(
+            lambda c: insert_dag(
+                c, dag_document("etl", [stub_task("extract", queue="scala"), stub_task("ship")])
+            )
+        )
+        await conn.execute(sa.text("UPDATE dag SET is_stale = true WHERE dag_id = 'gone'"))
+
+    result, written = await reconcile(engine, "java", ["java"], [*java_artifacts(), gone])
+
+    assert result.verdicts == ()  # no Dag of the inventory has a stub on "java"
+    assert written.bindings_deleted == 2 and written.dag_outcomes == {"etl": "reconciled"}
+    assert await bindings(engine) == {
+        ("etl", "ship"): ("go", "bin/etl", "etl.py"),
+        ("gone", "t"): ("java", "gone.jar", "gone.py"),
+    }
+    _, again = await reconcile(engine, "java", ["java"], [*java_artifacts(), gone])
+    assert again.rows_written == 0
+
+
 async def test_conflict_between_two_bundles_is_reported_on_both(engine: AsyncEngine) -> None:
     # Two bundles serve different queues, yet both register etl.extract.
     await add_dags(engine, dag_document("etl", [stub_task("extract", queue="java")]))

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from taskhandler_devenv.packers import write_typescript_bundle
-from taskhandler_operator.airflow.serialized import DagStubs, StubTask
+from taskhandler_operator.airflow.serialized import DagReadProblem, DagStubs, StubTask
 from taskhandler_operator.artifacts.models import Language
 from taskhandler_operator.db.claims import BundleClaimed
 from taskhandler_operator.db.engine import DatabaseUnavailable
@@ -229,6 +229,42 @@ async def test_an_artifact_without_an_answer_is_named_in_the_problem(bundle: Pat
     # The Dag keeps its rows: no bindings are handed to the write.
     assert summary.dag_outcomes == {"etl": "kept"}
     assert store.written[0].verdicts[0].bindings is None
+
+
+async def test_a_pass_validates_only_the_dags_of_its_queues(bundle: Path) -> None:
+    """The Dags on other queues get no verdict (a thousand of them cost a thousand verdicts a
+    pass); the writer is told the inventory's Dags to remove the bundle's rows of them, and a
+    Dag whose stub's queue is unreadable concerns every bundle."""
+    prober = FakeProber(
+        {"extract.min.mjs": {"etl": [handler("extract")]}, "load.min.mjs": {"etl": []}}
+    )
+    dags = {
+        **etl("extract"),
+        **{
+            f"java{i}": DagStubs(
+                dag_id=f"java{i}",
+                bundle_name="dags-folder",
+                relative_fileloc=f"java{i}.py",
+                stubs=(StubTask(task_id="t", queue="java", arg_bindings=()),),
+            )
+            for i in range(3)
+        },
+        "odd": DagStubs(
+            dag_id="odd",
+            bundle_name="dags-folder",
+            relative_fileloc="odd.py",
+            problems=(DagReadProblem(message="no queue", task_id="t"),),
+        ),
+    }
+    store = FakeStore(dags)
+
+    outcome = await run_pass(SPEC, PassPorts(LocalFolderSyncer(bundle), prober, store))
+
+    [written] = store.written
+    assert [v.dag_id for v in written.verdicts] == ["etl", "odd"]
+    assert written.inventory_dags is not None and set(written.inventory_dags) == set(dags)
+    assert outcome.summary.dag_outcomes == {"etl": "reconciled", "odd": "kept"}
+    assert [e.dag_id for e in outcome.summary.errors] == ["odd"]
 
 
 async def test_probes_run_in_parallel_up_to_the_limit(tmp_path: Path) -> None:
