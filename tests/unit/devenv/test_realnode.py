@@ -1,0 +1,136 @@
+"""Pure logic of the real node (devenv/taskhandler_devenv/kubecluster/realnode): the OCI archive
+writer, the configs each of which a real node failed without, the host-state comparison and
+the availability check's reasons. The node itself runs in tests/integration/realnode."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import tarfile
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from taskhandler_devenv.kubecluster.certs import CertPair
+from taskhandler_devenv.kubecluster.control_plane import ControlPlaneOptions
+from taskhandler_devenv.kubecluster.realnode import check, containerd, kubelet
+from taskhandler_devenv.kubecluster.realnode.hoststate import HostState
+from taskhandler_devenv.kubecluster.realnode.ociarchive import ImageConfig, write_oci_archive
+
+
+def _members(archive: Path) -> dict[str, bytes]:
+    with tarfile.open(archive) as tar:
+        out = {}
+        for m in tar.getmembers():
+            handle = tar.extractfile(m)
+            assert handle is not None
+            out[m.name] = handle.read()
+        return out
+
+
+def test_oci_archive_is_a_named_image_layout(tmp_path: Path) -> None:
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "bin").mkdir(parents=True)
+    (rootfs / "bin" / "tool").write_text("#!/bin/sh\n")
+    ref = "localhost/example:1"
+    archive = write_oci_archive(rootfs, ref, tmp_path / "a.tar", ImageConfig(user="65532"))
+    blobs = _members(archive)
+    index = json.loads(blobs["index.json"])
+    entry = index["manifests"][0]
+    assert entry["annotations"]["io.containerd.image.name"] == ref
+    manifest_bytes = blobs["blobs/sha256/" + entry["digest"].split(":")[1]]
+    assert hashlib.sha256(manifest_bytes).hexdigest() == entry["digest"].split(":")[1]
+    manifest = json.loads(manifest_bytes)
+    config = json.loads(blobs["blobs/sha256/" + manifest["config"]["digest"].split(":")[1]])
+    assert config["config"]["User"] == "65532"
+    layer = blobs["blobs/sha256/" + manifest["layers"][0]["digest"].split(":")[1]]
+    assert len(layer) == manifest["layers"][0]["size"]
+    plain = gzip.decompress(layer)
+    assert config["rootfs"]["diff_ids"] == ["sha256:" + hashlib.sha256(plain).hexdigest()]
+    with tarfile.open(fileobj=io.BytesIO(plain)) as tar:
+        names = {m.name: m for m in tar.getmembers()}
+    assert set(names) == {"bin", "bin/tool"}
+    assert {(m.uid, m.gid) for m in names.values()} == {(0, 0)}
+    # Same folder, same bytes: content caching can rely on the digests.
+    again = write_oci_archive(rootfs, ref, tmp_path / "b.tar", ImageConfig(user="65532"))
+    assert again.read_bytes() == archive.read_bytes()
+
+
+def test_containerd_config_has_the_settings_pods_need(tmp_path: Path) -> None:
+    bins = check.NodeBins(tmp_path / "bins")
+    text = containerd.config_text(
+        tmp_path, tmp_path / "c.sock", bins, "localhost/pause:1", tmp_path / "net.d"
+    )
+    config = tomllib.loads(text)
+    assert config["version"] == 4
+    plugins = config["plugins"]
+    assert plugins["io.containerd.server.v1.grpc"]["address"] == str(tmp_path / "c.sock")
+    assert plugins["io.containerd.cri.v1.runtime"]["restrict_oom_score_adj"] is True
+    assert plugins["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"] == "localhost/pause:1"
+    runc = plugins["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["runc"]
+    assert runc["options"]["BinaryName"] == str(bins["runc"])
+
+
+def test_kubelet_config_has_the_settings_this_machine_needs(tmp_path: Path) -> None:
+    pair = CertPair(tmp_path / "s.crt", tmp_path / "s.key")
+    config = yaml.safe_load(
+        kubelet.kubelet_config(tmp_path, "192.0.2.2", 10250, pair, tmp_path / "ca", tmp_path / "s")
+    )
+    assert config["failCgroupV1"] is False
+    assert config["cgroupDriver"] == "cgroupfs"
+    assert config["failSwapOn"] is False
+    assert config["oomScoreAdj"] == 0
+    assert config["address"] == "192.0.2.2"
+    assert config["podLogsDir"].startswith(str(tmp_path))
+    conflist = json.loads(kubelet.cni_conflist(tmp_path / "ipam"))
+    assert conflist["plugins"][0]["isDefaultGateway"] is True
+
+
+def test_the_process_node_stays_the_default() -> None:
+    assert ControlPlaneOptions().node == "process"
+
+
+def test_host_state_differences_name_what_changed() -> None:
+    before = HostState(
+        sysctls={"kernel/panic": "0"},
+        existing_dirs=["/run/netns"],
+        mounts=["/", "/proc"],
+        nft="",
+        links=["eth0", "lo"],
+    )
+    after = HostState(
+        sysctls={"kernel/panic": "10"},
+        existing_dirs=["/run/netns", "/var/lib/kubelet"],
+        mounts=["/", "/proc", "/run/netns/cni-1", "/elsewhere"],
+        nft="table ip thop_realnode {}",
+        links=["eth0", "lo", "thop0", "veth1", "docker0"],
+        cgroups=["/sys/fs/cgroup/pids/kubepods"],
+    )
+    diffs = before.differences(after, [], "thop0")
+    assert diffs[0] == "sysctl kernel/panic: 0 -> 10"
+    assert "new dir /var/lib/kubelet" in diffs
+    assert "new mount /run/netns/cni-1" in diffs
+    assert "new link thop0" in diffs and "new link veth1" in diffs
+    assert "new cgroup /sys/fs/cgroup/pids/kubepods" in diffs
+    assert any(d.startswith("nft ruleset changed") for d in diffs)
+    # What other work on the machine did is not the node's.
+    assert not any("elsewhere" in d or "docker0" in d for d in diffs)
+    assert before.differences(before, [], "thop0") == []
+
+
+def test_unavailable_names_the_missing_binaries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NODE_BINS", str(tmp_path / "no-bins"))
+    check.node_bins.cache_clear()
+    try:
+        reason = check.real_node_unavailable()
+    finally:
+        check.node_bins.cache_clear()
+    assert reason is not None
+    if check.os.geteuid() == 0 and check._cgroup_problem() is None:
+        assert reason == f"node binaries not built in {tmp_path / 'no-bins'}: run `make node-bins`"
