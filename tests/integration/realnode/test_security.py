@@ -103,7 +103,7 @@ def test_run_as_non_root_refuses_a_root_image(
         "refused",
     )
     message = main_status(pod)["state"]["waiting"]["message"]
-    assert "non-root" in message
+    assert "runAsNonRoot and image will run as root" in message
 
 
 def test_memory_limit_ends_in_oomkilled(

@@ -20,6 +20,8 @@ NAMESPACE = "k8s.io"
 def _toml(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
     if isinstance(value, list):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
@@ -56,7 +58,10 @@ def config_text(
         "version = 4",
         f"root = {_toml(str(root / 'root'))}",
         f"state = {_toml(str(root / 'state'))}",
-        # btrfs/zfs/devmapper/tracing would only log errors on this machine.
+        # The host's /etc/containerd must not change the test node.
+        "imports = []",
+        # btrfs/zfs/devmapper/tracing would only log errors on this machine; opt, NRI and the
+        # image verifier would create /opt/containerd and /run/nri and are not needed.
         "disabled_plugins = "
         + _toml(
             [
@@ -67,6 +72,9 @@ def config_text(
                 "io.containerd.snapshotter.v1.erofs",
                 "io.containerd.tracing.processor.v1.otlp",
                 "io.containerd.internal.v1.tracing",
+                "io.containerd.internal.v1.opt",
+                "io.containerd.nri.v1.nri",
+                "io.containerd.image-verifier.v1.bindir",
             ]
         ),
     ]

@@ -3,7 +3,7 @@ back after it stops (also from the watchdog when the test process died).
 
 The kubelet rewrites six sysctls (protectKernelDefaults is off), the bridge plugin turns on IP
 forwarding; the kubelet, containerd and libcni create fixed folders whatever their root dirs are;
-the node adds an nftables table, a bridge, network namespaces under /run/netns, mounts and the
+the node adds an nftables table and the kubelet its iptables-nft chains, a bridge, network namespaces under /run/netns, mounts and the
 ``kubepods`` cgroups. ``HostState`` is JSON so the watchdog can restore it from a file.
 """
 
@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import shutil
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .check import nft_binary
 
@@ -39,6 +41,8 @@ HOST_DIRS = (
     "/run/netns",
     "/etc/cni",
     "/opt/cni",
+    "/opt/containerd",
+    "/run/nri",
 )
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 KUBEPODS = "kubepods"
@@ -67,11 +71,83 @@ def mountpoints() -> list[str]:
 
 
 def nft_ruleset() -> str:
+    """The ruleset without counters (``-s``), which change with any traffic."""
     nft = nft_binary()
     if nft is None:
         return ""
-    done = subprocess.run([nft, "list", "ruleset"], capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [nft, "-s", "list", "ruleset"], capture_output=True, text=True, check=False
+    )
     return done.stdout
+
+
+def _nft_json() -> list[dict[str, Any]]:
+    nft = nft_binary()
+    if nft is None:
+        return []
+    done = subprocess.run([nft, "-j", "list", "ruleset"], capture_output=True, text=True)
+    with contextlib.suppress(ValueError):
+        return list(json.loads(done.stdout).get("nftables", []))
+    return []
+
+
+def nft_objects() -> list[str]:
+    """Tables and chains as "family table" and "family table chain"."""
+    keys = []
+    for item in _nft_json():
+        if "table" in item:
+            keys.append(f"{item['table']['family']} {item['table']['name']}")
+        elif "chain" in item:
+            c = item["chain"]
+            keys.append(f"{c['family']} {c['table']} {c['name']}")
+    return keys
+
+
+def restore_nft(saved: list[str]) -> None:
+    """Remove the tables and chains made since ``saved``, and the rules of older chains that
+    jump to them: the node's own table, and the kubelet's iptables-nft chains (KUBE-FIREWALL
+    hooked into INPUT and OUTPUT, the KUBE-KUBELET-CANARY chains)."""
+    nft = nft_binary()
+    if nft is None:
+        return
+    items = _nft_json()
+    old = set(saved)
+    new_chains = []
+    for item in items:
+        if "chain" in item:
+            c = item["chain"]
+            if f"{c['family']} {c['table']} {c['name']}" not in old:
+                new_chains.append((c["family"], c["table"], c["name"]))
+    targets = {name for _, _, name in new_chains}
+    commands = []
+    for item in items:
+        rule = item.get("rule")
+        if rule is None or f"{rule['family']} {rule['table']} {rule['chain']}" not in old:
+            continue
+        jumps = {
+            verdict["target"]
+            for expr in rule["expr"]
+            for kind, verdict in expr.items()
+            if kind in ("jump", "goto")
+        }
+        if jumps & targets:
+            commands.append(
+                f"delete rule {rule['family']} {rule['table']} {rule['chain']} "
+                f"handle {rule['handle']}"
+            )
+    for family, table, name in new_chains:
+        if f"{family} {table}" in old:
+            commands.append(f"flush chain {family} {table} {name}")
+    for family, table, name in new_chains:
+        if f"{family} {table}" in old:
+            commands.append(f"delete chain {family} {table} {name}")
+    for item in items:
+        if "table" in item:
+            key = f"{item['table']['family']} {item['table']['name']}"
+            if key not in old:
+                commands.append(f"delete table {key}")
+    for command in commands:
+        subprocess.run([nft, *command.split()], capture_output=True, check=False)
 
 
 def links() -> list[str]:
@@ -89,6 +165,7 @@ class HostState:
     existing_dirs: list[str] = field(default_factory=list)
     mounts: list[str] = field(default_factory=list)
     nft: str = ""
+    nft_objects: list[str] = field(default_factory=list)
     links: list[str] = field(default_factory=list)
     cgroups: list[str] = field(default_factory=list)
 
@@ -99,6 +176,7 @@ class HostState:
             existing_dirs=[d for d in HOST_DIRS if os.path.lexists(d)],
             mounts=mountpoints(),
             nft=nft_ruleset(),
+            nft_objects=nft_objects(),
             links=links(),
             cgroups=kubepods_cgroups(),
         )
@@ -176,9 +254,7 @@ def restore(saved: HostState, roots: list[str], bridge: str) -> None:
     """Put back what the node changed: mounts, nft table, bridge, cgroups, folders, sysctls.
     Processes must be gone first (``teardown.kill_node_processes``)."""
     unmount_new(saved, [*roots, *HOST_DIRS])
-    nft = nft_binary()
-    if nft is not None and f"table ip {NFT_TABLE}" not in saved.nft:
-        subprocess.run([nft, "delete", "table", "ip", NFT_TABLE], capture_output=True, check=False)
+    restore_nft(saved.nft_objects)
     if bridge not in saved.links:
         subprocess.run(["ip", "link", "delete", bridge], capture_output=True, check=False)
     for cgroup in kubepods_cgroups():

@@ -208,11 +208,11 @@ class RealNode:
         rules = f"""
 table ip {NFT_TABLE} {{
   chain prerouting {{
-    type nat hook prerouting priority dstnat; policy accept;
+    type nat hook prerouting priority -100; policy accept;
     ip daddr {SERVICE_IP} tcp dport 443 dnat to 127.0.0.1:{apiserver_port}
   }}
   chain output {{
-    type nat hook output priority dstnat; policy accept;
+    type nat hook output priority -100; policy accept;
     ip daddr {SERVICE_IP} tcp dport 443 dnat to 127.0.0.1:{apiserver_port}
   }}
 }}
