@@ -5,10 +5,12 @@ scheduler binding pods (docs/testing-kubernetes.md, "Real node")."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
 from taskhandler_devenv.kubecluster.control_plane import KubeCluster, ToolError
+from tests.fixtures.realnode import report
 
 from .conftest import apply, main_status, restricted_pod, terminated, wait_pod
 
@@ -53,6 +55,7 @@ def test_restricted_namespace_refuses_a_privileged_pod(
 def test_non_root_read_only_no_capabilities_no_token(
     real_node_cluster: KubeCluster, restricted_ns: str, real_node_images: dict[str, str]
 ) -> None:
+    started = time.monotonic()
     apply(
         real_node_cluster,
         restricted_ns,
@@ -65,6 +68,7 @@ def test_non_root_read_only_no_capabilities_no_token(
         lambda p: bool(main_status(p).get("state", {}).get("running")),
         "Running",
     )
+    report(f"real_node_cluster: first pod Running {time.monotonic() - started:.1f}s after apply")
     # The scheduler bound it: the manifest names no node.
     assert pod["spec"]["nodeName"] == "thop-real-node"
     for _ in range(60):

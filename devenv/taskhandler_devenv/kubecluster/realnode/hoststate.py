@@ -3,8 +3,9 @@ back after it stops (also from the watchdog when the test process died).
 
 The kubelet rewrites six sysctls (protectKernelDefaults is off), the bridge plugin turns on IP
 forwarding; the kubelet, containerd and libcni create fixed folders whatever their root dirs are;
-the node adds an nftables table and the kubelet its iptables-nft chains, a bridge, network namespaces under /run/netns, mounts and the
-``kubepods`` cgroups. ``HostState`` is JSON so the watchdog can restore it from a file.
+the node adds an nftables table, the kubelet its iptables-nft chains (KUBE-FIREWALL hooked into
+INPUT and OUTPUT, canaries), and there are a bridge, network namespaces under /run/netns, mounts
+and the ``kubepods`` cgroups. ``HostState`` is JSON so the watchdog can restore it from a file.
 """
 
 from __future__ import annotations
