@@ -131,20 +131,24 @@ class RealNode:
         self._lock = fd
 
     def _start_watchdog(self) -> None:
+        # Both pipe ends are non-inheritable: the watchdog's stdin is its only other holder, so
+        # the pipe closes exactly when this process ends.
         read, write = os.pipe()
         try:
-            self._watchdog = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "taskhandler_devenv.kubecluster.realnode.watchdog",
-                    str(self.record_path),
-                ],
-                stdin=read,
-                stdout=subprocess.DEVNULL,
-                stderr=open(self.root / "watchdog.log", "ab"),  # noqa: SIM115 - the child owns it
-                start_new_session=True,
-            )
+            with open(self.root / "watchdog.log", "ab") as log_file:
+                self._watchdog = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "taskhandler_devenv.kubecluster.realnode.watchdog",
+                        str(self.record_path),
+                    ],
+                    stdin=read,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log_file,
+                    # Its own session: a Ctrl-C for the test's process group does not reach it.
+                    start_new_session=True,
+                )
         finally:
             os.close(read)
         self._watchdog_pipe = os.fdopen(write, "w", buffering=1)
