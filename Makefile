@@ -72,7 +72,7 @@ typecheck: venv
 unit: venv
 	$(BIN)/pytest tests/unit
 
-test: venv system-deps k8s-bins versitygw kstatus promtool airflow-venv node-venv lint typecheck
+test: venv system-deps k8s-bins node-bins versitygw kstatus promtool airflow-venv node-venv lint typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # The fault tests of tests/chaos, long variants included (the `chaos` marker, which the default
