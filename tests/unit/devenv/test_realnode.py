@@ -11,12 +11,19 @@ import json
 import tarfile
 import tomllib
 from pathlib import Path
+from typing import Literal
 
 import pytest
 import yaml
 
+from taskhandler_devenv.kubecluster import control_plane
+from taskhandler_devenv.kubecluster.bins import K8sBins, K8sVersions
 from taskhandler_devenv.kubecluster.certs import CertPair
-from taskhandler_devenv.kubecluster.control_plane import ControlPlaneOptions
+from taskhandler_devenv.kubecluster.control_plane import (
+    ControlPlaneError,
+    ControlPlaneOptions,
+    KubeCluster,
+)
 from taskhandler_devenv.kubecluster.realnode import check, containerd, kubelet
 from taskhandler_devenv.kubecluster.realnode.hoststate import HostState
 from taskhandler_devenv.kubecluster.realnode.ociarchive import ImageConfig, write_oci_archive
@@ -134,3 +141,31 @@ def test_unavailable_names_the_missing_binaries(
     assert reason is not None
     if check.os.geteuid() == 0 and check._cgroup_problem() is None:
         assert reason == f"node binaries not built in {tmp_path / 'no-bins'}: run `make node-bins`"
+
+
+def _cluster(tmp_path: Path, node: Literal["process", "real", "auto"]) -> KubeCluster:
+    bins = K8sBins(K8sVersions("1.37.2", "3.7.3", "3.22.0", tmp_path / "bins"))
+    root = tmp_path / node
+    root.mkdir()
+    return KubeCluster(bins, root, ControlPlaneOptions(node=node))
+
+
+def test_auto_falls_back_to_the_process_node_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(control_plane, "real_node_unavailable", lambda: "not root (reason)")
+    auto = _cluster(tmp_path, "auto")
+    assert auto._choose_node() == "process"
+    assert auto.node_fallback == "not root (reason)"
+    with pytest.raises(ControlPlaneError, match=r"real node unavailable: not root \(reason\)"):
+        _cluster(tmp_path, "real")._choose_node()
+    monkeypatch.setattr(control_plane, "real_node_unavailable", lambda: None)
+    process = _cluster(tmp_path, "process")
+    process.node_kind = process._choose_node()
+    assert process.node_kind == "process"
+    assert "node-lifecycle-controller" not in process._controllers()
+    (tmp_path / "again").mkdir()
+    real = _cluster(tmp_path / "again", "auto")
+    real.node_kind = real._choose_node()
+    assert real.node_kind == "real" and real.node_fallback is None
+    assert "node-lifecycle-controller" in real._controllers()
