@@ -32,13 +32,16 @@ SYSCTLS = (
     "kernel/keys/root_maxbytes",
     "net/ipv4/ip_forward",
 )
-# Created by the kubelet (device-plugins, pods logs), libcni's cache (results), the shim and
-# runc (/run/containerd/{s,fifo,runc}) and the CNI network namespaces, whatever we configure.
+# Created by the kubelet (device-plugins, pod logs and their /var/log/containers links),
+# libcni's cache (results), the shim and runc (/run/containerd/{s,fifo,runc}, /run/runc from
+# the shim's `runc features`) and the CNI network namespaces, whatever we configure.
 HOST_DIRS = (
     "/var/lib/kubelet",
     "/var/log/pods",
+    "/var/log/containers",
     "/var/lib/cni",
     "/run/containerd",
+    "/run/runc",
     "/run/netns",
     "/etc/cni",
     "/opt/cni",
