@@ -213,16 +213,29 @@ class RealNode:
 table ip {NFT_TABLE} {{
   chain prerouting {{
     type nat hook prerouting priority -100; policy accept;
-    ip daddr {SERVICE_IP} tcp dport 443 dnat to 127.0.0.1:{apiserver_port}
   }}
   chain output {{
     type nat hook output priority -100; policy accept;
-    ip daddr {SERVICE_IP} tcp dport 443 dnat to 127.0.0.1:{apiserver_port}
   }}
 }}
 """
+        self._nft(rules)
+        self.forward_to_loopback(SERVICE_IP, 443, apiserver_port)
+
+    def forward_to_loopback(self, address: str, port: int, loopback_port: int) -> None:
+        """Let pods reach a server that listens on the host's loopback only (PostgreSQL, the
+        git and S3 servers of the tests) at ``address:port``: a DNAT like the apiserver's.
+        Removed with the node's nftables table at stop."""
+        for chain in ("prerouting", "output"):
+            self._nft(
+                f"add rule ip {NFT_TABLE} {chain} ip daddr {address} tcp dport {port} "
+                f"dnat to 127.0.0.1:{loopback_port}\n"
+            )
+
+    @staticmethod
+    def _nft(script: str) -> None:
         nft = nft_binary() or "nft"
-        done = subprocess.run([nft, "-f", "-"], input=rules, capture_output=True, text=True)
+        done = subprocess.run([nft, "-f", "-"], input=script, capture_output=True, text=True)
         if done.returncode != 0:
             raise RealNodeError(f"nft: {done.stderr.strip()}")
 
