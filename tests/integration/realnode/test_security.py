@@ -1,5 +1,6 @@
 """What the kubelet enforces and the process node only imitates: Pod Security admission,
-non-root, read-only root, dropped capabilities, no token, memory limits, liveness probes, and the
+non-root, read-only root, dropped capabilities, no token, memory limits, liveness probes, grace
+periods, and the
 scheduler binding pods (docs/testing-kubernetes.md, "Real node")."""
 
 from __future__ import annotations
@@ -191,3 +192,25 @@ def test_pod_reaches_the_apiserver_at_the_service_ip(
     out = _logs(real_node_cluster, restricted_ns, "incluster")
     assert f"status=201 user=system:serviceaccount:{restricted_ns}:default" in out, out
     assert terminated(done) == {**(terminated(done) or {}), "exitCode": 0}
+
+
+def test_grace_period_holds_a_pod_whose_pid_1_ignores_sigterm(
+    real_node_cluster: KubeCluster, restricted_ns: str, real_node_images: dict[str, str]
+) -> None:
+    pod = restricted_pod("stubborn", real_node_images["nonroot"], ["sleep", "3600"])
+    pod["spec"]["terminationGracePeriodSeconds"] = 4
+    apply(real_node_cluster, restricted_ns, pod)
+    wait_pod(
+        real_node_cluster,
+        restricted_ns,
+        "stubborn",
+        lambda p: bool(main_status(p).get("state", {}).get("running")),
+        "Running",
+    )
+    started = time.monotonic()
+    real_node_cluster.kubectl(
+        "delete", "pod", "stubborn", "-n", restricted_ns, "--wait=true", "--timeout=60s"
+    )
+    took = time.monotonic() - started
+    # PID 1 has no default SIGTERM action: only the SIGKILL at the end of the grace period ends it.
+    assert 3.5 <= took < 30, f"deleted after {took:.1f}s"
