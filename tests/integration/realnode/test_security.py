@@ -1,7 +1,6 @@
 """What the kubelet enforces and the process node only imitates: Pod Security admission,
 non-root, read-only root, dropped capabilities, no token, memory limits, liveness probes, grace
-periods, and the
-scheduler binding pods (docs/testing-kubernetes.md, "Real node")."""
+periods, and the scheduler binding pods (docs/testing-kubernetes.md, "Real node")."""
 
 from __future__ import annotations
 
