@@ -34,6 +34,7 @@ from taskhandler_devenv.kubecluster.control_plane import ControlPlaneOptions, st
 cluster = start_cluster(ensure_bins(), ControlPlaneOptions(node="real", node_name="thop-orphan"))
 cluster.real_node.import_image(Path(sys.argv[1]))
 info = {"root": str(cluster.root), "kubeconfig": str(cluster.kubeconfig),
+        "containerd_root": str(cluster.real_node.containerd_root),
         "socket": str(cluster.real_node.socket), "kubectl": str(cluster.bins["kubectl"])}
 print(json.dumps(info), flush=True)
 sys.stdin.read()
@@ -63,9 +64,10 @@ def _run_pod(kubectl: list[str], namespace: str) -> None:
         time.sleep(0.5)
 
 
-def _assert_restored(world: RealNodeWorld, root: str, socket: str, pids: set[int]) -> None:
+def _assert_restored(world: RealNodeWorld, roots: list[str], socket: str, pids: set[int]) -> None:
     after = HostState.capture()
-    assert world.before.differences(after, [root], BRIDGE) == []
+    assert world.before.differences(after, roots, BRIDGE) == []
+    assert [r for r in roots if Path(r).exists()] == []
     assert [p for p in pids if pid_alive(p)] == []
     assert shim_pids(socket) == set()
     assert pod_pids() == set()
@@ -92,10 +94,9 @@ def test_stop_restores_the_host(real_node_world: RealNodeWorld) -> None:
     shims, pods = shim_pids(socket), pod_pids()
     assert shims and pods, "a running pod must show a shim and processes in kubepods"
     daemons = {p.pid for p in node.processes.values()}
-    root = str(cluster.root)
+    roots = [str(cluster.root), str(node.containerd_root)]
     assert real_node_world.stop() == []
-    _assert_restored(real_node_world, root, socket, shims | pods | daemons)
-    assert not Path(root).exists()
+    _assert_restored(real_node_world, roots, socket, shims | pods | daemons)
 
 
 def test_a_killed_parent_leaves_nothing_behind(real_node_world: RealNodeWorld) -> None:
@@ -133,7 +134,8 @@ def test_a_killed_parent_leaves_nothing_behind(real_node_world: RealNodeWorld) -
         time.sleep(0.2)
     assert not node_root.exists(), "the watchdog did not tear the node down"
     try:
-        _assert_restored(real_node_world, info["root"], info["socket"], pids)
+        roots = [str(node_root), info["containerd_root"]]
+        _assert_restored(real_node_world, roots, info["socket"], pids)
     finally:
         # The control plane's own files (etcd's data) are not the watchdog's job.
         shutil.rmtree(info["root"], ignore_errors=True)

@@ -70,10 +70,16 @@ def test_oci_archive_is_a_named_image_layout(tmp_path: Path) -> None:
 def test_containerd_config_has_the_settings_pods_need(tmp_path: Path) -> None:
     bins = check.NodeBins(tmp_path / "bins")
     text = containerd.config_text(
-        tmp_path, tmp_path / "c.sock", bins, "localhost/pause:1", tmp_path / "net.d"
+        tmp_path / "root",
+        tmp_path / "state",
+        tmp_path / "c.sock",
+        bins,
+        "localhost/pause:1",
+        tmp_path / "net.d",
     )
     config = tomllib.loads(text)
     assert config["version"] == 4
+    assert (config["root"], config["state"]) == (str(tmp_path / "root"), str(tmp_path / "state"))
     plugins = config["plugins"]
     assert plugins["io.containerd.server.v1.grpc"]["address"] == str(tmp_path / "c.sock")
     assert plugins["io.containerd.cri.v1.runtime"]["restrict_oom_score_adj"] is True

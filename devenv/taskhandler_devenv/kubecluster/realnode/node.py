@@ -18,6 +18,7 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -51,6 +52,7 @@ class RealNode:
         self.processes: dict[str, ManagedProcess] = {}
         self.socket = root / "containerd" / "containerd.sock"
         self.record_path = root / "realnode-record.json"
+        self.containerd_root = root / "containerd" / "root"
         self.node_ip = ""
         self._record: Record | None = None
         self._lock: int | None = None
@@ -81,8 +83,14 @@ class RealNode:
         self._take_lock()
         self.node_ip = node_ip() or ""
         self.root.mkdir(parents=True, exist_ok=True)
+        # On disk even when the cluster folder is in /dev/shm: one real image unpacked is
+        # hundreds of MB (the operator's: about 800 MB with its content).
+        self.containerd_root = Path(
+            tempfile.mkdtemp(prefix="thop-containerd-", dir=tempfile.gettempdir())
+        )
         self._record = Record(
             root=str(self.root),
+            extra_dirs=[str(self.containerd_root)],
             containerd_socket=str(self.socket),
             bridge=kubelet.BRIDGE,
             saved=HostState.capture(),
@@ -189,7 +197,11 @@ class RealNode:
         (cni_conf / "10-thop.conflist").write_text(kubelet.cni_conflist(self.root / "cni" / "ipam"))
         config = base / "config.toml"
         base.mkdir(parents=True, exist_ok=True)
-        config.write_text(containerd.config_text(base, self.socket, self.bins, PAUSE_REF, cni_conf))
+        config.write_text(
+            containerd.config_text(
+                self.containerd_root, base / "state", self.socket, self.bins, PAUSE_REF, cni_conf
+            )
+        )
         env = dict(os.environ)
         # containerd finds its shim on PATH.
         env["PATH"] = f"{self.bins.dir}:{env.get('PATH', '/usr/bin:/bin')}"
