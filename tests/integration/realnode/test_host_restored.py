@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from taskhandler_devenv.kubecluster.bins import ensure_bins
+from taskhandler_devenv.kubecluster.control_plane import (
+    ControlPlaneError,
+    ControlPlaneOptions,
+    start_cluster,
+)
 from taskhandler_devenv.kubecluster.procs import pid_alive
+from taskhandler_devenv.kubecluster.realnode import check
 from taskhandler_devenv.kubecluster.realnode.hoststate import HostState
 from taskhandler_devenv.kubecluster.realnode.kubelet import BRIDGE
 from taskhandler_devenv.kubecluster.realnode.teardown import pod_pids, shim_pids
@@ -139,3 +146,35 @@ def test_a_killed_parent_leaves_nothing_behind(real_node_world: RealNodeWorld) -
     finally:
         # The control plane's own files (etcd's data) are not the watchdog's job.
         shutil.rmtree(info["root"], ignore_errors=True)
+
+
+def test_a_failed_start_names_the_daemon_and_restores_the_host(
+    real_node_world: RealNodeWorld, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_node_world.stop()  # one real node per machine
+    real = check.node_bins()
+    broken = tmp_path / "bins"
+    broken.mkdir()
+    for name in check.NODE_BINARIES:
+        (broken / name).symlink_to(real[name])
+    (broken / ".complete").write_text("broken kubelet\n")
+    (broken / "kubelet").unlink()
+    (broken / "kubelet").write_text(
+        "#!/bin/sh\necho 'kubelet: simulated start failure' >&2\nexit 3\n"
+    )
+    (broken / "kubelet").chmod(0o755)
+    monkeypatch.setenv("NODE_BINS", str(broken))
+    check.node_bins.cache_clear()
+    try:
+        with pytest.raises(ControlPlaneError) as failed:
+            start_cluster(ensure_bins(), ControlPlaneOptions(node="real", node_name="thop-broken"))
+    finally:
+        check.node_bins.cache_clear()
+    message = str(failed.value)
+    assert "kubelet exited" in message and "simulated start failure" in message
+    root = failed.value.root
+    assert root is not None
+    try:
+        _assert_restored(real_node_world, [], "/nonexistent.sock", set())
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
