@@ -3,6 +3,7 @@
 // certificate against that CA (so the IP SAN must be there), POSTs a SelfSubjectReview and
 // prints the user name the apiserver saw. `apicheck get <url>` prints a plain HTTP GET's body
 // instead (busybox-static's wget crashes: static glibc cannot load its resolver modules).
+// `apicheck serve <addr> <file>` answers 200 while <file> exists, else 503 (a readiness probe).
 package main
 
 import (
@@ -21,6 +22,18 @@ import (
 const sa = "/var/run/secrets/kubernetes.io/serviceaccount/"
 
 func main() {
+	if len(os.Args) == 4 && os.Args[1] == "serve" {
+		flag := os.Args[3]
+		http.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+			if _, err := os.Stat(flag); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ready")
+		})
+		check(http.ListenAndServe(os.Args[2], nil))
+		return
+	}
 	if len(os.Args) == 3 && os.Args[1] == "get" {
 		resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(os.Args[2])
 		check(err)
