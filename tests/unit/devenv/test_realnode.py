@@ -8,6 +8,8 @@ import gzip
 import hashlib
 import io
 import json
+import subprocess
+import sys
 import tarfile
 import tomllib
 from pathlib import Path
@@ -175,3 +177,30 @@ def test_auto_falls_back_to_the_process_node_and_says_why(
     real.node_kind = real._choose_node()
     assert real.node_kind == "real" and real.node_fallback is None
     assert "node-lifecycle-controller" in real._controllers()
+
+
+def _other_process_can_lock(path: Path) -> bool:
+    probe = (
+        "import fcntl, os, sys\n"
+        "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+        "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept BlockingIOError:\n"
+        "    sys.exit(1)\n"
+    )
+    return subprocess.run([sys.executable, "-c", probe, str(path)], check=False).returncode == 0
+
+
+def test_the_host_lock_is_reentrant_within_a_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = tmp_path / "realnode.lock"
+    monkeypatch.setattr(check, "HOST_LOCK", lock)
+    assert check.acquire_host_lock()
+    try:
+        assert check._lock_holder() is None  # held by us: no reason to fall back
+        assert check.acquire_host_lock()  # a node starting inside a session's hold
+        assert not _other_process_can_lock(lock)
+        check.release_host_lock()
+        assert not _other_process_can_lock(lock)  # the session still holds it
+    finally:
+        check.release_host_lock()
+    assert _other_process_can_lock(lock)

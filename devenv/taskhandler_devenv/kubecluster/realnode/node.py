@@ -13,7 +13,6 @@ the CNI plugin would, so the setting is in place for the first pod).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import subprocess
@@ -27,7 +26,16 @@ from typing import IO
 from ..certs import CertPair
 from ..procs import ManagedProcess
 from . import containerd, kubelet
-from .check import HOST_LOCK, NodeBins, nft_binary, node_bins, node_ip, real_node_unavailable
+from .check import (
+    HOST_LOCK,
+    NodeBins,
+    acquire_host_lock,
+    nft_binary,
+    node_bins,
+    node_ip,
+    real_node_unavailable,
+    release_host_lock,
+)
 from .hoststate import NFT_TABLE, HostState
 from .teardown import Record, kill_node_processes, start_ticks, teardown
 from .testimages import PAUSE_REF, pause_archive
@@ -55,7 +63,7 @@ class RealNode:
         self.containerd_root = root / "containerd" / "root"
         self.node_ip = ""
         self._record: Record | None = None
-        self._lock: int | None = None
+        self._locked = False
         self._watchdog: subprocess.Popen[bytes] | None = None
         self._watchdog_pipe: IO[str] | None = None
 
@@ -120,9 +128,9 @@ class RealNode:
         if self._record is not None:
             survivors = teardown(self._record)
         self._release_watchdog()
-        if self._lock is not None:
-            os.close(self._lock)
-            self._lock = None
+        if self._locked:
+            release_host_lock()
+            self._locked = False
         return survivors
 
     def alive(self) -> dict[str, bool]:
@@ -130,13 +138,9 @@ class RealNode:
 
     # --- start steps ---------------------------------------------------------------------------
     def _take_lock(self) -> None:
-        fd = os.open(HOST_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            os.close(fd)
-            raise RealNodeError(f"another real node holds {HOST_LOCK}") from exc
-        self._lock = fd
+        if not acquire_host_lock():
+            raise RealNodeError(f"another real node holds {HOST_LOCK}")
+        self._locked = True
 
     def _start_watchdog(self) -> None:
         # Both pipe ends are non-inheritable: the watchdog's stdin is its only other holder, so
