@@ -13,7 +13,7 @@ export THOP_CACHE
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml devenv/pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: demo test chaos lint typecheck unit mutation venv fuzz system-deps k8s-bins versitygw kstatus promtool airflow-venv node-venv clean \
+.PHONY: demo test chaos lint typecheck unit mutation venv fuzz system-deps k8s-bins node-bins versitygw kstatus promtool airflow-venv node-venv clean \
 	chart-files install-manifests requirements-lock kind-up kind-images kind-postgres kind-airflow kind-install kind-examples kind-down
 
 # The operator and, beside it, the development environment (devenv/: control plane, servers,
@@ -31,6 +31,10 @@ system-deps:
 
 k8s-bins:
 	@bash hack/build-k8s.sh
+
+# The real node: kubelet, kube-scheduler, containerd, runc, pause (Go modules + gcc, cached).
+node-bins: system-deps
+	@bash hack/build-node.sh
 
 # The S3-compatible server the source tests run against (built from its Go module, cached).
 versitygw:
@@ -68,7 +72,7 @@ typecheck: venv
 unit: venv
 	$(BIN)/pytest tests/unit
 
-test: venv system-deps k8s-bins versitygw kstatus promtool airflow-venv node-venv lint typecheck
+test: venv system-deps k8s-bins node-bins versitygw kstatus promtool airflow-venv node-venv lint typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # The fault tests of tests/chaos, long variants included (the `chaos` marker, which the default

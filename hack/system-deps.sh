@@ -11,6 +11,12 @@ command -v git >/dev/null || missing+=(git)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 # The process node's venv (hack/node-venv.sh) is built from Debian's python3.
 /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
+# The real node (hack/build-node.sh, kubecluster/realnode): CNI plugins, nftables for the
+# Service IP redirect, libseccomp for runc's cgo build, a static busybox for the test image.
+[ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
+command -v nft >/dev/null || [ -x /usr/sbin/nft ] || missing+=(nftables)
+[ -f /usr/include/seccomp.h ] || missing+=(libseccomp-dev)
+dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || missing+=(busybox-static)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "system-deps: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -23,8 +29,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     chmod 755 /usr/sbin/policy-rc.d
     policy_added=1
   fi
-  apt-get update -qq
-  apt-get install -y -qq "${missing[@]}" >/dev/null
+  apt-get -o DPkg::Lock::Timeout=600 update -qq
+  apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}" >/dev/null
   [ -z "$policy_added" ] || rm -f /usr/sbin/policy-rc.d
 fi
 for tool in go java javac node; do

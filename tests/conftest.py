@@ -16,6 +16,7 @@ settings.load_profile("thop")
 pytest_plugins = [
     "tests.fixtures.postgres_plugin",
     "tests.fixtures.kube",
+    "tests.fixtures.realnode",
     "tests.fixtures.runtimes_plugin",
     "tests.fixtures.sources",
 ]
