@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the system packages the tests need when they are missing (Debian).
 # Go, Java and Node.js come with the machine; PostgreSQL server binaries,
-# openssl, git and the OpenSSH server (the git-over-SSH tests start their own sshd on
+# openssl, git, mmdebstrap, libseccomp-dev and the OpenSSH server (the git-over-SSH tests start their own sshd on
 # loopback) are installed from Debian's packages if absent.
 set -euo pipefail
 missing=()
@@ -11,6 +11,10 @@ command -v git >/dev/null || missing+=(git)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 # The process node's venv (hack/node-venv.sh) is built from Debian's python3.
 /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
+# The images without a registry (hack/build-images.sh): mmdebstrap makes the base images' root
+# file systems from Debian packages; runc (hack/build-buildkit.sh) links libseccomp.
+command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
+[ -f /usr/include/seccomp.h ] || missing+=(libseccomp-dev)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "system-deps: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
