@@ -50,7 +50,7 @@ buildkit: system-deps
 	@bash hack/build-buildkit.sh >/dev/null
 
 # images/Dockerfile's three images as OCI archives, without a registry (cached by content;
-# docs/install.md, "Images without a registry"). Prints `image <ref> <archive>` lines.
+# docs/images.md, "Images without a registry"). Prints `image <ref> <archive>` lines.
 images: venv system-deps buildkit
 	@bash hack/build-images.sh
 

@@ -3,7 +3,7 @@
 # registry: local base images from Debian packages (mmdebstrap), BuildKit built from its Go
 # module (hack/build-buildkit.sh) with a named context replacing each FROM, OCI archives out.
 # Cached by content under $THOP_CACHE/images: an unchanged tree returns at once.
-# The code is taskhandler_devenv.images (docs/install.md, "Images without a registry").
+# The code is taskhandler_devenv.images (docs/images.md, "Images without a registry").
 #
 # The last stdout lines are one per image: `image <ref> <absolute path of the OCI archive>`.
 set -euo pipefail

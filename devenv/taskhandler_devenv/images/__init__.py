@@ -1,4 +1,4 @@
-"""The project's images built from images/Dockerfile without a registry (docs/install.md,
+"""The project's images built from images/Dockerfile without a registry (docs/images.md,
 "Images without a registry"): local base images from Debian packages, BuildKit with named
 contexts replacing each ``FROM``, OCI archives cached by content.
 """

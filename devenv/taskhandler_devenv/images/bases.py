@@ -3,7 +3,7 @@
 No image registry is reachable here, so each base is made from Debian packages (``mmdebstrap``,
 bookworm, from deb.debian.org) or from the machine, written as an OCI image layout and cached
 under ``$THOP_CACHE/images/bases/<name>-<recipe hash>``: a changed recipe is a new folder, an
-unchanged one is never rebuilt. What stands in for what, and why (docs/install.md, "Images
+unchanged one is never rebuilt. What stands in for what, and why (docs/images.md, "Images
 without a registry"):
 
 - ``python``: bookworm's python3.11 (the project's Python; trixie's python3 is 3.13) made to

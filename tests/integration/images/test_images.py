@@ -1,4 +1,4 @@
-"""images/Dockerfile built for real (BuildKit, local base images; docs/install.md "Images
+"""images/Dockerfile built for real (BuildKit, local base images; docs/images.md "Images
 without a registry") and each image checked from its OCI archive and run with runc as a
 restricted pod runs it: UID 65532, read-only root, no capabilities, /tmp an emptyDir.
 """
