@@ -46,6 +46,11 @@ PYTHON_TOOL_WHEELS: tuple[tuple[str, str], ...] = (
 )
 
 JVM_DIR = "usr/lib/jvm/java-17-openjdk-amd64"
+# The machine's trust store. Where HTTPS goes through a TLS-inspecting proxy (as on this
+# project's CI machines) its CA is only there, and the Dockerfile's `pip install` RUN step
+# would fail certificate checks; the python base trusts it too. These images are local test
+# images; the registry's base images carry Debian's store alone.
+HOST_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
 
 class BaseImageError(RuntimeError):
@@ -67,6 +72,8 @@ class BaseRecipe:
     hooks: Sequence[str] = ()
     # Host files copied in (absolute host path, path in the image); hashed by content.
     host_files: Sequence[tuple[str, str]] = ()
+    # Add the machine's CA bundle to the image's trust store (see HOST_CA_BUNDLE).
+    host_ca: bool = False
 
     def key(self) -> str:
         h = hashlib.sha256()
@@ -91,6 +98,8 @@ class BaseRecipe:
         )
         for src, _ in self.host_files:
             h.update(hashlib.sha256(Path(src).read_bytes()).digest())
+        if self.host_ca and Path(HOST_CA_BUNDLE).is_file():
+            h.update(hashlib.sha256(Path(HOST_CA_BUNDLE).read_bytes()).digest())
         return h.hexdigest()[:16]
 
     @property
@@ -99,6 +108,9 @@ class BaseRecipe:
 
 
 _PYTHON_HOOKS = (
+    'if [ -n "${THOP_HOST_CA:-}" ]; then cp "$THOP_HOST_CA"'
+    ' "$1"/usr/local/share/ca-certificates/thop-host-bundle.crt'
+    ' && chroot "$1" update-ca-certificates >/dev/null; fi',
     # The official image has no EXTERNALLY-MANAGED marker; with it pip refuses to touch the system.
     'rm -f "$1"/usr/lib/python3.11/EXTERNALLY-MANAGED',
     'ln -sf /usr/bin/python3.11 "$1"/usr/local/bin/python',
@@ -131,6 +143,7 @@ PYTHON = BaseRecipe(
     ),
     config=ImageConfig(env=(PATH_ENV, "LANG=C.UTF-8"), cmd=("python3",)),
     hooks=_PYTHON_HOOKS,
+    host_ca=True,
 )
 
 JRE = BaseRecipe(
@@ -231,6 +244,8 @@ def build_base(recipe: BaseRecipe, cache: Path) -> tuple[Path, str]:
                 wheels.mkdir()
                 _fetch_wheels(wheels)
                 env["THOP_WHEELS"] = str(wheels)
+            if recipe.host_ca and Path(HOST_CA_BUNDLE).is_file():
+                env["THOP_HOST_CA"] = HOST_CA_BUNDLE
             cmd = [
                 "mmdebstrap",
                 "--mode=root",
