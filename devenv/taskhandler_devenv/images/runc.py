@@ -29,6 +29,15 @@ _READONLY = (
 
 
 @dataclass(frozen=True)
+class Bind:
+    """A host path mounted into the container (a pod's volume, the termination log)."""
+
+    source: Path
+    target: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True)
 class RunResult:
     returncode: int
     stdout: str
@@ -44,6 +53,7 @@ def runtime_spec(
     uid: int,
     gid: int,
     tmp: bool,
+    binds: Sequence[Bind] = (),
 ) -> dict[str, Any]:
     """A minimal OCI runtime config as a restricted-PSS pod gets it (no caps, read-only root)."""
     mounts: list[dict[str, Any]] = [
@@ -86,6 +96,16 @@ def runtime_spec(
                 "type": "tmpfs",
                 "source": "tmpfs",
                 "options": ["nosuid", "nodev", "mode=1777", "size=262144k"],
+            }
+        )
+    for bind in binds:
+        options = ["rbind", "nosuid", "nodev", "ro" if bind.read_only else "rw"]
+        mounts.append(
+            {
+                "destination": bind.target,
+                "type": "bind",
+                "source": str(bind.source),
+                "options": options,
             }
         )
     no_caps: dict[str, list[str]] = {
@@ -135,12 +155,13 @@ def run(
     uid: int = 65532,
     gid: int = 65532,
     tmp: bool = True,
+    binds: Sequence[Bind] = (),
     timeout: float = 60.0,
 ) -> RunResult:
     """``runc run`` the command in ``rootfs`` (unpacked image) and return what it printed."""
     bundle = work / f"bundle-{uuid.uuid4().hex[:8]}"
     bundle.mkdir(parents=True)
-    spec = runtime_spec(rootfs, argv, env=env, cwd=cwd, uid=uid, gid=gid, tmp=tmp)
+    spec = runtime_spec(rootfs, argv, env=env, cwd=cwd, uid=uid, gid=gid, tmp=tmp, binds=binds)
     (bundle / "config.json").write_text(json.dumps(spec))
     state = work / "runc-state"
     state.mkdir(exist_ok=True)

@@ -5,6 +5,7 @@ restricted pod runs it: UID 65532, read-only root, no capabilities, /tmp an empt
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -14,7 +15,10 @@ import pytest
 from taskhandler_devenv.images import app_version, build_images, image_ref
 from taskhandler_devenv.images import build as build_module
 from taskhandler_devenv.images.oci import IMAGE_NAME_ANNOTATION, Archive, read_archive
-from taskhandler_devenv.images.runc import RunResult, image_env, run
+from taskhandler_devenv.images.runc import Bind, RunResult, image_env, run
+from taskhandler_devenv.runtimes import LANGUAGES
+from taskhandler_operator.protocol.summary import ProbeSummary
+from tests.fixtures.runtimes_plugin import RuntimeFactory
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -133,6 +137,48 @@ def test_git_clones_as_a_user_without_a_passwd_entry(
     done = _run(runc, rootfs["operator"], archives["operator"], tmp_path, ["sh", "-c", script])
     assert done.returncode == 0, done.stderr
     assert len(done.stdout.strip()) == 40
+
+
+# The image each language's probe container runs (Go artifacts are static: the operator image).
+PROBE_IMAGE = {"go": "operator", "java": "probe-java", "typescript": "probe-node"}
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_a_probe_runs_in_its_image_as_the_probe_job_runs_it(
+    runc: Path,
+    rootfs: dict[str, Path],
+    archives: dict[str, Archive],
+    runtime_factory: RuntimeFactory,
+    tmp_path: Path,
+    language: str,
+) -> None:
+    """The probe Job's container: the bundle read-only at /bundle, /tmp an emptyDir with HOME
+    and TMPDIR there, the termination log bind-mounted, UID 65532, read-only root, no caps."""
+    artifact = runtime_factory(language)
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    shutil.copy(artifact, bundle / artifact.name)
+    (bundle / artifact.name).chmod(0o755)
+    bundle.chmod(0o755)
+    log = tmp_path / "termination-log"
+    log.touch()
+    log.chmod(0o666)
+    target = PROBE_IMAGE[language]
+    argv = ["taskhandler-operator", "probe", f"/bundle/{artifact.name}", "--language", language,
+            "--bundle-root", "/bundle", "--bundle-name", "demo", "--timeout", "60"]  # fmt: skip
+    done = run(
+        runc,
+        rootfs[target],
+        tmp_path,
+        argv,
+        env=image_env(archives[target], {"HOME": "/tmp", "TMPDIR": "/tmp"}),
+        cwd="/tmp",
+        binds=[Bind(bundle, "/bundle"), Bind(log, "/dev/termination-log", read_only=False)],
+        timeout=120,
+    )
+    summary = ProbeSummary.model_validate_json(log.read_text(encoding="utf-8"))
+    assert (done.returncode, summary.status, summary.error) == (0, "ok", None), done.stderr
+    assert (summary.dag_count, summary.handler_count) == (2, 5)
 
 
 def test_an_unchanged_tree_is_not_rebuilt(
