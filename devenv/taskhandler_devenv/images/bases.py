@@ -114,7 +114,8 @@ _PYTHON_HOOKS = (
     'if [ -n "${THOP_HOST_CA:-}" ]; then cp "$THOP_HOST_CA"'
     ' "$1"/usr/local/share/ca-certificates/thop-host-bundle.crt'
     ' && chroot "$1" update-ca-certificates >/dev/null'
-    " && printf '[global]\\ncert = /etc/ssl/certs/ca-certificates.crt\\n' > \"$1\"/etc/pip.conf; fi",
+    " && printf '[global]\\ncert = /etc/ssl/certs/ca-certificates.crt\\n'"
+    ' > "$1"/etc/pip.conf; fi',
     # The official image has no EXTERNALLY-MANAGED marker; with it pip refuses to touch the system.
     'rm -f "$1"/usr/lib/python3.11/EXTERNALLY-MANAGED',
     'ln -sf /usr/bin/python3.11 "$1"/usr/local/bin/python',
@@ -281,4 +282,8 @@ def build_base(recipe: BaseRecipe, cache: Path) -> tuple[Path, str]:
         if layout.exists():
             shutil.rmtree(layout)
         staged.rename(layout)
+    # Older builds of this base (another recipe) are dead weight of ~100 MB each.
+    for old in cache.glob(f"{recipe.name}-*"):
+        if old != layout and (old / ".complete").is_file():
+            shutil.rmtree(old, ignore_errors=True)
     return layout, digest
