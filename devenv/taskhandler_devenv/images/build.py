@@ -32,6 +32,8 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 TARGETS = ("operator", "probe-java", "probe-node")
 # Build folders kept besides the newest (older ones are removed after a build).
 KEEP_BUILDS = 2
+# BuildKit's cache kept between builds (MB): about two builds' worth of layers.
+STATE_KEEP_MB = 3072
 # The build's inputs beside images/ (what the Dockerfile copies, and what selects it).
 INPUT_FILES = ("pyproject.toml", "README.md", "LICENSE", ".dockerignore")
 INPUT_DIRS = ("images", "operator")
@@ -242,6 +244,7 @@ def _build_targets(
                 )
             refs[ref] = archive.name
             _log(f"{ref} built in {time.monotonic() - t0:.1f} s")
+        daemon.prune(STATE_KEEP_MB, log)
     return refs
 
 

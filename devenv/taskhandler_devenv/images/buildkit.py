@@ -121,6 +121,16 @@ class Daemon:
                 f"buildctl build failed ({done.returncode}); log {log}:\n{tail[-4000:]}"
             )
 
+    def prune(self, keep_mb: int, log: Path) -> None:
+        """Trim BuildKit's cache to ``keep_mb`` (oldest first): every changed base or tree leaves
+        a few hundred MB of snapshots behind. A failed prune only leaves more cache."""
+        with log.open("ab") as out:
+            subprocess.run(
+                [str(self.bins.buildctl), "--addr", self.address, "prune", "--all",
+                 f"--keep-storage={keep_mb}"],
+                stdout=out, stderr=subprocess.STDOUT, check=False,
+            )  # fmt: skip
+
 
 @contextlib.contextmanager
 def running(bins: BuildKitBins, state: Path, log: Path) -> Iterator[Daemon]:
