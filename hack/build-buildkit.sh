@@ -10,8 +10,9 @@
 set -euo pipefail
 
 BUILDKIT_VERSION=${BUILDKIT_VERSION:-0.34.2}
-RUNC_VERSION=${RUNC_VERSION:-1.5.3}
-THOP_CACHE=${THOP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/taskhandler-operator}
+# RUNC_VERSION and THOP_CACHE: one definition with the real node's (hack/k8s-env.sh).
+# shellcheck source=hack/k8s-env.sh
+. "$(dirname "$0")/k8s-env.sh"
 OUT=$THOP_CACHE/buildkit/v$BUILDKIT_VERSION-runc$RUNC_VERSION
 
 if [ "${1:-}" = "--dir" ]; then

@@ -6,17 +6,15 @@
 # checked in a temporary folder and only then moved into place, so an interrupted build
 # never leaves a truncated binary in the cache; a lock keeps two builds apart.
 #
-# Why a consumer module: k8s.io/kubernetes requires its staging modules at
-# v0.0.0 with local replaces, which `go install pkg@version` refuses; a
-# consumer module that replaces each staging module with its published
-# v0.X.Y release builds fine (see shared/reference/k8s-test-control-plane.md).
+# kube-apiserver and friends come from a consumer module (hack/k8s-module.sh says why).
 set -euo pipefail
 
 # Versions and the cache path live in hack/k8s-env.sh, shared with the pytest fixture.
 # shellcheck source=hack/k8s-env.sh
 . "$(dirname "$0")/k8s-env.sh"
+# shellcheck source=hack/k8s-module.sh
+. "$(dirname "$0")/k8s-module.sh"
 OUT=$K8S_TEST_BINS
-STAGING_VERSION="v0.${K8S_VERSION#1.}"
 MINOR=$(echo "$K8S_VERSION" | cut -d. -f2)
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-trimpath
@@ -56,25 +54,7 @@ rm -f "$OUT/.complete"
 # --- kube-apiserver, kube-controller-manager, kubectl (one build, shared packages compile once)
 (
   mkdir -p "$WORK/k8s" && cd "$WORK/k8s"
-  go mod init example.invalid/thop-k8s-bins >/dev/null 2>&1
-  go mod edit -go=1.26
-  GOMOD=$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
-  for m in $(awk '$2=="v0.0.0" && $1 ~ /^k8s\.io\// {print $1}' "$GOMOD" | sort -u); do
-    go mod edit -replace="$m=$m@$STAGING_VERSION"
-  done
-  go mod edit -require="k8s.io/kubernetes@v$K8S_VERSION"
-  for c in kube-apiserver kube-controller-manager kubectl; do
-    go mod edit -tool="k8s.io/kubernetes/cmd/$c"
-  done
-  go mod tidy
-  LD="-s -w"
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    LD="$LD -X $pkg.gitVersion=v$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$MINOR -X $pkg.gitTreeState=clean"
-  done
-  go build -ldflags "$LD" -o "$STAGE/" \
-    k8s.io/kubernetes/cmd/kube-apiserver \
-    k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kubectl
+  k8s_build "$STAGE" thop-k8s-bins kube-apiserver kube-controller-manager kubectl
 )
 
 # --- etcd (its server/go.mod has replaces, so it must be built as a dependency)

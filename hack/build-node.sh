@@ -9,9 +9,9 @@ set -euo pipefail
 
 # shellcheck source=hack/k8s-env.sh
 . "$(dirname "$0")/k8s-env.sh"
+# shellcheck source=hack/k8s-module.sh
+. "$(dirname "$0")/k8s-module.sh"
 OUT=$NODE_BINS
-STAGING_VERSION="v0.${K8S_VERSION#1.}"
-MINOR=$(echo "$K8S_VERSION" | cut -d. -f2)
 BINS="kubelet kube-scheduler containerd ctr containerd-shim-runc-v2 runc pause"
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-trimpath
@@ -48,29 +48,12 @@ STAGE=$WORK/bin
 mkdir -p "$STAGE"
 rm -f "$OUT/.complete"
 
-# --- kubelet, kube-scheduler (consumer module: see hack/build-k8s.sh for why)
+# --- kubelet, kube-scheduler (consumer module: see hack/k8s-module.sh)
 (
   mkdir -p "$WORK/k8s" && cd "$WORK/k8s"
-  go mod init example.invalid/thop-node-bins >/dev/null 2>&1
-  go mod edit -go=1.26
-  MOD=$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION")
-  GOMOD=$(printf '%s' "$MOD" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
-  SRC=$(printf '%s' "$MOD" | python3 -c 'import json,sys;print(json.load(sys.stdin)["Dir"])')
-  for m in $(awk '$2=="v0.0.0" && $1 ~ /^k8s\.io\// {print $1}' "$GOMOD" | sort -u); do
-    go mod edit -replace="$m=$m@$STAGING_VERSION"
-  done
-  go mod edit -require="k8s.io/kubernetes@v$K8S_VERSION"
-  for c in kubelet kube-scheduler; do
-    go mod edit -tool="k8s.io/kubernetes/cmd/$c"
-  done
-  go mod tidy
-  LD="-s -w"
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    LD="$LD -X $pkg.gitVersion=v$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$MINOR -X $pkg.gitTreeState=clean"
-  done
-  go build -ldflags "$LD" -o "$STAGE/" k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-scheduler
+  k8s_build "$STAGE" thop-node-bins kubelet kube-scheduler
   # The sandbox ("pause") container's binary, from the same module version.
-  gcc -Os -static -Wall -Werror -DVERSION="v$K8S_VERSION-thop" -o "$STAGE/pause" "$SRC/build/pause/linux/pause.c"
+  gcc -Os -static -Wall -Werror -DVERSION="v$K8S_VERSION-thop" -o "$STAGE/pause" "$K8S_SRC/build/pause/linux/pause.c"
   strip "$STAGE/pause"
 )
 
