@@ -13,7 +13,7 @@ export THOP_CACHE
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml devenv/pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: demo test chaos lint typecheck unit mutation venv fuzz system-deps k8s-bins node-bins versitygw kstatus promtool airflow-venv node-venv clean \
+.PHONY: demo test chaos lint typecheck unit mutation venv fuzz system-deps k8s-bins node-bins versitygw kstatus promtool airflow-venv node-venv images buildkit clean \
 	chart-files install-manifests requirements-lock kind-up kind-images kind-postgres kind-airflow kind-install kind-examples kind-down
 
 # The operator and, beside it, the development environment (devenv/: control plane, servers,
@@ -48,6 +48,15 @@ kstatus:
 # against the operator's real /metrics output.
 promtool:
 	@bash hack/build-promtool.sh
+
+# BuildKit (buildkitd, buildctl) and its runc, from their Go modules (cached).
+buildkit: system-deps
+	@bash hack/build-buildkit.sh >/dev/null
+
+# images/Dockerfile's three images as OCI archives, without a registry (cached by content;
+# docs/images.md, "Images without a registry"). Prints `image <ref> <archive>` lines.
+images: venv system-deps buildkit
+	@bash hack/build-images.sh
 
 airflow-venv:
 	@bash hack/airflow-venv.sh

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the system packages the tests need when they are missing (Debian).
 # Go, Java and Node.js come with the machine; PostgreSQL server binaries,
-# openssl, git and the OpenSSH server (the git-over-SSH tests start their own sshd on
+# openssl, git, mmdebstrap, libseccomp-dev and the OpenSSH server (the git-over-SSH tests start their own sshd on
 # loopback) are installed from Debian's packages if absent.
 set -euo pipefail
 missing=()
@@ -17,6 +17,9 @@ command -v git >/dev/null || missing+=(git)
 command -v nft >/dev/null || [ -x /usr/sbin/nft ] || missing+=(nftables)
 [ -f /usr/include/seccomp.h ] || missing+=(libseccomp-dev)
 dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || missing+=(busybox-static)
+# The images without a registry (hack/build-images.sh): mmdebstrap makes the base images' root
+# file systems from Debian packages; runc (hack/build-buildkit.sh) links libseccomp.
+command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "system-deps: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
