@@ -217,7 +217,7 @@ def release(
     with pods_may_connect(pg_server):
         try:
             exposure.add(Forward(POSTGRES_IP, 5432, "127.0.0.1", pg_server.port))
-            exposure.add(Forward(SOURCES_IP, 80, "127.0.0.1", source_http.port))
+            exposure.add(Forward(SOURCES_IP, source_http.port, "127.0.0.1", source_http.port))
             pod_db_url = db_url.replace(
                 f"@{pg_server.host}:{pg_server.port}/", f"@{POSTGRES_IP}:5432/"
             )
