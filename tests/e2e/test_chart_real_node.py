@@ -137,7 +137,9 @@ def operator_status(pod: dict[str, Any]) -> dict[str, Any]:
     return dict(status)
 
 
-def bundle(name: str, url: str, path: str, probe: dict[str, Any] | None = None) -> dict[str, Any]:
+def bundle(
+    name: str, url: str, path: str, queue: str, probe: dict[str, Any] | None = None
+) -> dict[str, Any]:
     return {
         "apiVersion": names.API_VERSION,
         "kind": names.KIND,
@@ -145,7 +147,7 @@ def bundle(name: str, url: str, path: str, probe: dict[str, Any] | None = None) 
         "spec": {
             "bundleName": name,
             "language": "go",
-            "queues": ["go"],
+            "queues": [queue],
             "source": {
                 "git": {"url": url, "ref": "main", "path": path, "secretRef": {"name": "git-auth"}}
             },
@@ -194,7 +196,8 @@ def release(
     db_url = pg_server.url(database)
     engine = sa.create_engine(db_url)
     with engine.begin() as conn:
-        insert_dag(conn, dag_document(DAG, [stub_task(t, queue="go") for t in ("extract", "load")]))
+        stubs = [stub_task("extract", queue="go"), stub_task("load", queue="go-load")]
+        insert_dag(conn, dag_document(DAG, stubs))
     engine.dispose()
 
     repo = make_repo(
@@ -318,7 +321,7 @@ def test_install_restricted_operator_available_and_not_restarted(release: Releas
 
 def test_go_bundle_probed_in_a_job_on_the_real_node(release: Release) -> None:
     started = time.monotonic()
-    release.apply(bundle("orders-go", release.git_url(), "go"))
+    release.apply(bundle("orders-go", release.git_url(), "go", "go"))
     wait_for(
         "orders-go Ready",
         lambda: condition(release.get("thb", "orders-go"), "Ready").get("status") == "True",
@@ -344,6 +347,7 @@ def test_probe_over_its_memory_limit_is_reported_out_of_memory(release: Release)
             "orders-oom",
             release.git_url(),
             "go-load",
+            "go-load",
             {"resources": {"limits": {"memory": "24Mi"}}},
         )
     )
@@ -355,6 +359,8 @@ def test_probe_over_its_memory_limit_is_reported_out_of_memory(release: Release)
 
     wait_for("orders-oom reported OutOfMemory", out_of_memory, release, WAIT_SECONDS)
     assert bindings(release.db_url, "orders-oom") == {}
+    # The next test binds the same task from another bundle.
+    release.kubectl("delete", "thb", "orders-oom", "--wait=true")
 
 
 def _operator_host_pid(pod: dict[str, Any]) -> int:
@@ -375,7 +381,7 @@ def _operator_host_pid(pod: dict[str, Any]) -> int:
 
 
 def test_operator_killed_is_restarted_without_a_duplicate_job(release: Release) -> None:
-    release.apply(bundle("orders-load", release.git_url(), "go-load"))
+    release.apply(bundle("orders-load", release.git_url(), "go-load", "go-load"))
     seen: set[str] = set()
 
     def job_created() -> bool:
