@@ -425,7 +425,8 @@ def test_helm_uninstall_leaves_nothing_behind(release: Release) -> None:
     )
     left = release.kubectl(
         "get",
-        "deployment,replicaset,service,configmap,serviceaccount,role,rolebinding,networkpolicy,job",
+        "deployment,replicaset,pod,service,configmap,secret,serviceaccount,role,rolebinding,"
+        "networkpolicy,job,lease,clusterrole,clusterrolebinding",
         "-l", f"app.kubernetes.io/instance={RELEASE}", "-o", "name",
     ).stdout.split()  # fmt: skip
     assert left == [], left
