@@ -329,7 +329,7 @@ def test_go_bundle_probed_in_a_job_on_the_real_node(release: Release) -> None:
         WAIT_SECONDS,
     )
     report(f"chart on real node: Go bundle applied to Ready {time.monotonic() - started:.1f}s")
-    assert bindings(release.db_url, "orders-go") == {(DAG, "extract"): "go/extract"}
+    assert bindings(release.db_url, "orders-go") == {(DAG, "extract"): "extract"}
     (job,) = probe_jobs(release, "orders-go")
     pods = release.get("pods", "-l", f"job-name={job}")["items"]
     assert pods, f"the probe Job {job} left no pod"
@@ -412,7 +412,7 @@ def test_operator_killed_is_restarted_without_a_duplicate_job(release: Release) 
 
     wait_for("orders-load Ready", ready, release, WAIT_SECONDS)
     assert len(seen) == 1, f"duplicate probe Jobs: {sorted(seen)}"
-    assert bindings(release.db_url, "orders-load") == {(DAG, "load"): "go-load/load"}
+    assert bindings(release.db_url, "orders-load") == {(DAG, "load"): "load"}
 
 
 def test_helm_uninstall_leaves_nothing_behind(release: Release) -> None:
