@@ -348,7 +348,7 @@ def test_probe_over_its_memory_limit_is_reported_out_of_memory(release: Release)
             release.git_url(),
             "go-load",
             "go-load",
-            {"resources": {"limits": {"memory": "24Mi"}}},
+            {"resources": {"limits": {"memory": "12Mi"}}},
         )
     )
 
