@@ -429,4 +429,9 @@ def test_helm_uninstall_leaves_nothing_behind(release: Release) -> None:
         "networkpolicy,job,lease,clusterrole,clusterrolebinding",
         "-l", f"app.kubernetes.io/instance={RELEASE}", "-o", "name",
     ).stdout.split()  # fmt: skip
-    assert left == [], left
+    # Only the signing key stays, on purpose (helm.sh/resource-policy: keep): signatures made
+    # with it must stay verifiable by a reinstalled release.
+    kept = "secret/thop-taskhandler-operator-signing-key"
+    assert left == [kept], left
+    annotations = release.get(kept)["metadata"].get("annotations", {})
+    assert annotations.get("helm.sh/resource-policy") == "keep"
