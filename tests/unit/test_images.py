@@ -24,11 +24,13 @@ import re
 import shlex
 import subprocess
 import sys
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
 
 from taskhandler_operator.kube.probe_job import fetch_command, probe_command
 from tests.unit.kube.test_probe_job import request
@@ -37,6 +39,8 @@ from tests.unit.test_release_metadata import license_spdx_id
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "images" / "Dockerfile"
 LOCK = "images/requirements.txt"
+# The build backend for the build stage (the base image's own setuptools is too old).
+BUILD_LOCK = "images/build-requirements.txt"
 CHART = REPO / "charts" / "taskhandler-operator"
 TEMPLATES = CHART / "templates"
 VALUES = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
@@ -246,13 +250,48 @@ def test_third_party_packages_come_only_from_the_hash_locked_requirements() -> N
     from_lock = [c for c in installs if "-r" in c and c[c.index("-r") + 1] == lock_in_image]
     assert len(from_lock) == 1, installs
     assert {"--require-hashes", "--no-deps", "--only-binary=:all:"} <= set(from_lock[0])
+    build_lock = [
+        shlex.split(a)[-1] for w, a in build if w == "COPY" and a.split()[0] == BUILD_LOCK
+    ]
+    assert len(build_lock) == 1, f"the build stage copies {BUILD_LOCK}"
+    from_build_lock = [c for c in installs if "-r" in c and c[c.index("-r") + 1] == build_lock[0]]
+    assert len(from_build_lock) == 1, installs
+    assert {"--require-hashes", "--no-deps", "--only-binary=:all:"} <= set(from_build_lock[0])
     # Anything else pip installs or builds comes from the build context, never an index.
     for cmd in installs:
-        assert cmd in from_lock or {"--no-deps", "--no-index"} <= set(cmd), cmd
+        assert cmd in from_lock + from_build_lock or {"--no-deps", "--no-index"} <= set(cmd), cmd
     for cmd in pip:
         if cmd[1] == "wheel":
             assert {"--no-deps", "--no-build-isolation"} <= set(cmd), cmd
     assert ["check"] in [c[1:] for c in pip], "pip check after installing"
+
+
+def test_the_build_stage_builds_with_a_setuptools_the_project_accepts() -> None:
+    """The official python:3.11 image carries setuptools 65.5.1 (docker-library/python), which
+    cannot read pyproject.toml's SPDX `license` string; the build stage installs the hash-locked
+    build backend first, at a version [build-system] accepts and the test extra also pins."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    text = (REPO / BUILD_LOCK).read_text(encoding="utf-8")
+    pins = dict(
+        line.split()[0].split("==", 1)
+        for line in text.splitlines()
+        if line and not line[0].isspace() and not line.startswith("#")
+    )
+    assert text.count("--hash=sha256:") >= len(pins)
+    assert set(pins) == {"setuptools"}
+    wanted = [Requirement(r) for r in pyproject["build-system"]["requires"]]
+    setuptools = next(r for r in wanted if r.name == "setuptools")
+    assert setuptools.specifier.contains(pins["setuptools"]), (setuptools, pins)
+    test_extra = [Requirement(r) for r in pyproject["project"]["optional-dependencies"]["test"]]
+    assert f"=={pins['setuptools']}" in {
+        str(r.specifier) for r in test_extra if r.name == "setuptools"
+    }
+    commands = shell_commands(IMAGE.stage("build").steps)
+    installs_backend = next(
+        i for i, c in enumerate(commands) if BUILD_LOCK.split("/")[1] in " ".join(c)
+    )
+    builds = next(i for i, c in enumerate(commands) if c[:2] == ["pip", "wheel"])
+    assert installs_backend < builds
 
 
 def dockerignore_regex(pattern: str) -> re.Pattern[str]:
@@ -292,7 +331,7 @@ def test_every_copied_file_exists_and_is_in_the_build_context() -> None:
         if word in ("COPY", "ADD") and "--from=" not in args
     ]
     sources = [src for *srcs, _dest in copies for src in srcs]
-    assert "operator" in sources and LOCK in sources
+    assert "operator" in sources and LOCK in sources and BUILD_LOCK in sources
     tracked = subprocess.run(
         ["git", "ls-files", *sources], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout.split()

@@ -36,12 +36,13 @@ SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-# pip, setuptools and wheel for the python base, from PyPI, checked against these hashes.
-# setuptools >= 77 is what pyproject.toml's build-system requires; wheel 0.45 is the last
-# release without a dependency of its own (installed with --no-deps here).
+# pip, setuptools and wheel for the python base, the versions python:3.11-slim-trixie carries
+# (docker-library/python: ensurepip's pip for 3.11, `setuptools==65.5.1`, `wheel<0.46`), from
+# the package index, checked against these hashes. Faithful on purpose: a newer setuptools here
+# hid that the Dockerfile's build stage could not build the project with the image's own.
 PYTHON_TOOL_WHEELS: tuple[tuple[str, str], ...] = (
-    ("pip==26.3", "f3b60b20ffaadd4415ed7957212a38ac63fa4c5fa375bd0f4a797777940fad13"),
-    ("setuptools==84.2.1", "ca140b45d5325a9478f880e351484f62fef15f336462e449ca0c03c873d589c2"),
+    ("pip==24.0", "ba0d021a166865d2265246961bec0152ff124de910c5cc39f1156ce3fa7c69dc"),
+    ("setuptools==65.5.1", "d0b9a8433464d5800cbe05094acf5c6d52a91bfac9b52bcfc4d41382be5d5d31"),
     ("wheel==0.45.1", "708e7481cc80179af0e556bbf0cc00b8444c7321e2700b8d8580231d13017248"),
 )
 
@@ -108,9 +109,13 @@ class BaseRecipe:
 
 
 _PYTHON_HOOKS = (
+    # pip from PyPI checks certificates against its own bundle (certifi), not the system's:
+    # point it at the system's, which now holds the machine's CA.
     'if [ -n "${THOP_HOST_CA:-}" ]; then cp "$THOP_HOST_CA"'
     ' "$1"/usr/local/share/ca-certificates/thop-host-bundle.crt'
-    ' && chroot "$1" update-ca-certificates >/dev/null; fi',
+    ' && chroot "$1" update-ca-certificates >/dev/null'
+    " && printf '[global]\\ncert = /etc/ssl/certs/ca-certificates.crt\\n'"
+    ' > "$1"/etc/pip.conf; fi',
     # The official image has no EXTERNALLY-MANAGED marker; with it pip refuses to touch the system.
     'rm -f "$1"/usr/lib/python3.11/EXTERNALLY-MANAGED',
     'ln -sf /usr/bin/python3.11 "$1"/usr/local/bin/python',
@@ -118,11 +123,11 @@ _PYTHON_HOOKS = (
     # pip, setuptools and wheel installed by pip into /usr/local (Debian's posix_local scheme),
     # as the official image installs them, so that the Dockerfile's `pip uninstall` can remove them.
     'mkdir -p "$1"/tmp/thop-wheels && cp "$THOP_WHEELS"/*.whl "$1"/tmp/thop-wheels/',
-    'chroot "$1" python3.11 /tmp/thop-wheels/pip-26.3-py3-none-any.whl/pip install --no-index'
-    " --no-deps --no-compile --disable-pip-version-check --root-user-action=ignore"
-    " /tmp/thop-wheels/pip-26.3-py3-none-any.whl"
-    " /tmp/thop-wheels/setuptools-84.2.1-py3-none-any.whl"
-    " /tmp/thop-wheels/wheel-0.45.1-py3-none-any.whl",
+    # pip runs from its own wheel (a zip on sys.path) to install itself and the others.
+    'chroot "$1" sh -c "python3.11 /tmp/thop-wheels/'
+    + PYTHON_TOOL_WHEELS[0][0].replace("==", "-")
+    + "-py3-none-any.whl/pip install --no-index --no-deps --no-compile"
+    ' --disable-pip-version-check --root-user-action=ignore /tmp/thop-wheels/*.whl"',
     'rm -rf "$1"/tmp/thop-wheels "$1"/root/.cache',
 )
 
@@ -277,4 +282,8 @@ def build_base(recipe: BaseRecipe, cache: Path) -> tuple[Path, str]:
         if layout.exists():
             shutil.rmtree(layout)
         staged.rename(layout)
+    # Older builds of this base (another recipe) are dead weight of ~100 MB each.
+    for old in cache.glob(f"{recipe.name}-*"):
+        if old != layout and (old / ".complete").is_file():
+            shutil.rmtree(old, ignore_errors=True)
     return layout, digest

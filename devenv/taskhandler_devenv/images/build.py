@@ -32,6 +32,8 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 TARGETS = ("operator", "probe-java", "probe-node")
 # Build folders kept besides the newest (older ones are removed after a build).
 KEEP_BUILDS = 2
+# BuildKit's cache kept between builds (MB): about two builds' worth of layers.
+STATE_KEEP_MB = 3072
 # The build's inputs beside images/ (what the Dockerfile copies, and what selects it).
 INPUT_FILES = ("pyproject.toml", "README.md", "LICENSE", ".dockerignore")
 INPUT_DIRS = ("images", "operator")
@@ -181,11 +183,36 @@ def _build(
         # The named context replaces `FROM <the ARG's default>`: the frontend looks the FROM
         # ref up as `context:<ref>` with the ref as written (digest included).
         contexts.append((f"context:{args[recipe.arg]}", f"oci-layout://{store}@{digest}"))
-    bins = buildkit.ensure_bins(repo)
     staging = folder.with_name(folder.name + ".partial")
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
+    try:
+        refs = _build_targets(repo, cache, staging, version, revision, layouts, contexts)
+    except buildkit.BuildKitError as exc:
+        raise ImageBuildError(str(exc)) from exc
+    (staging / ".complete").write_text(json.dumps(refs, sort_keys=True))
+    if folder.exists():
+        shutil.rmtree(folder)
+    staging.rename(folder)
+    _prune(folder)
+    _log(f"built {len(refs)} images in {time.monotonic() - start:.1f} s into {folder}")
+    result = _cached(folder)
+    assert result is not None
+    return result
+
+
+def _build_targets(
+    repo: Path,
+    cache: Path,
+    staging: Path,
+    version: str,
+    revision: str,
+    layouts: list[tuple[str, Path]],
+    contexts: list[tuple[str, str]],
+) -> dict[str, str]:
+    """One buildkitd for the three targets; returns ref -> archive file name in ``staging``."""
+    bins = buildkit.ensure_bins(repo)
     log = staging / "build.log"
     refs: dict[str, str] = {}
     with buildkit.running(bins, cache / "buildkitd-state", log) as daemon:
@@ -217,15 +244,8 @@ def _build(
                 )
             refs[ref] = archive.name
             _log(f"{ref} built in {time.monotonic() - t0:.1f} s")
-    (staging / ".complete").write_text(json.dumps(refs, sort_keys=True))
-    if folder.exists():
-        shutil.rmtree(folder)
-    staging.rename(folder)
-    _prune(folder)
-    _log(f"built {len(refs)} images in {time.monotonic() - start:.1f} s into {folder}")
-    result = _cached(folder)
-    assert result is not None
-    return result
+        daemon.prune(STATE_KEEP_MB, log)
+    return refs
 
 
 def _prune(newest: Path) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 START_TIMEOUT = 30.0
+RUNC_LOST_CONTAINER = "did not terminate successfully: exit status 1: container does not exist"
 
 
 class BuildKitError(RuntimeError):
@@ -99,13 +100,36 @@ class Daemon:
             *(f"--oci-layout={name}={path}" for name, path in oci_layouts),
             f"--output={output}",
         ]
+        for attempt in (1, 2):
+            start = log.stat().st_size if log.exists() else 0
+            with log.open("ab") as out:
+                out.write(("$ " + " ".join(cmd) + "\n").encode())
+                out.flush()
+                done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False)
+            if done.returncode == 0:
+                return
+            with log.open("rb") as read:
+                read.seek(start)
+                tail = read.read().decode(errors="replace")
+            # Seen once in a dozen builds here: BuildKit loses track of a RUN step's runc
+            # container ("runc did not terminate successfully: ... container does not exist")
+            # while the step's command reported no error. One more try is cheap (BuildKit's
+            # cache keeps the steps done); a step that really fails fails again.
+            if attempt == 1 and RUNC_LOST_CONTAINER in tail:
+                continue
+            raise BuildKitError(
+                f"buildctl build failed ({done.returncode}); log {log}:\n{tail[-4000:]}"
+            )
+
+    def prune(self, keep_mb: int, log: Path) -> None:
+        """Trim BuildKit's cache to ``keep_mb`` (oldest first): every changed base or tree leaves
+        a few hundred MB of snapshots behind. A failed prune only leaves more cache."""
         with log.open("ab") as out:
-            out.write(("$ " + " ".join(cmd) + "\n").encode())
-            out.flush()
-            done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False)
-        if done.returncode != 0:
-            tail = log.read_text(errors="replace")[-4000:]
-            raise BuildKitError(f"buildctl build failed ({done.returncode}); log {log}:\n{tail}")
+            subprocess.run(
+                [str(self.bins.buildctl), "--addr", self.address, "prune", "--all",
+                 f"--keep-storage={keep_mb}"],
+                stdout=out, stderr=subprocess.STDOUT, check=False,
+            )  # fmt: skip
 
 
 @contextlib.contextmanager

@@ -216,3 +216,15 @@ def test_a_changed_source_changes_the_key(tmp_path: Path) -> None:
     assert build_module.input_key(tree, **args) != first  # type: ignore[arg-type]
     module.write_text("a = 1\n")
     assert build_module.input_key(tree, **{**args, "base_keys": {"python": "k2"}}) != first  # type: ignore[arg-type]
+
+
+def test_a_dockerfile_without_the_base_args_is_a_named_error(tmp_path: Path) -> None:
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text("ARG PYTHON_IMAGE=python:3.11\nFROM ${PYTHON_IMAGE}\n")
+    with pytest.raises(build_module.ImageBuildError, match="JRE_IMAGE"):
+        build_module.base_args(dockerfile)
+    assert set(build_module.base_args(REPO / "images" / "Dockerfile")) == {
+        "PYTHON_IMAGE",
+        "JRE_IMAGE",
+        "NODE_IMAGE",
+    }

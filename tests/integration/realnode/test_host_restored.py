@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from taskhandler_devenv.kubecluster.bins import ensure_bins
+from taskhandler_devenv.kubecluster.control_plane import (
+    ControlPlaneError,
+    ControlPlaneOptions,
+    start_cluster,
+)
 from taskhandler_devenv.kubecluster.procs import pid_alive
+from taskhandler_devenv.kubecluster.realnode import check
 from taskhandler_devenv.kubecluster.realnode.hoststate import HostState
 from taskhandler_devenv.kubecluster.realnode.kubelet import BRIDGE
 from taskhandler_devenv.kubecluster.realnode.teardown import pod_pids, shim_pids
@@ -34,6 +41,7 @@ from taskhandler_devenv.kubecluster.control_plane import ControlPlaneOptions, st
 cluster = start_cluster(ensure_bins(), ControlPlaneOptions(node="real", node_name="thop-orphan"))
 cluster.real_node.import_image(Path(sys.argv[1]))
 info = {"root": str(cluster.root), "kubeconfig": str(cluster.kubeconfig),
+        "containerd_root": str(cluster.real_node.containerd_root),
         "socket": str(cluster.real_node.socket), "kubectl": str(cluster.bins["kubectl"])}
 print(json.dumps(info), flush=True)
 sys.stdin.read()
@@ -63,9 +71,10 @@ def _run_pod(kubectl: list[str], namespace: str) -> None:
         time.sleep(0.5)
 
 
-def _assert_restored(world: RealNodeWorld, root: str, socket: str, pids: set[int]) -> None:
+def _assert_restored(world: RealNodeWorld, roots: list[str], socket: str, pids: set[int]) -> None:
     after = HostState.capture()
-    assert world.before.differences(after, [root], BRIDGE) == []
+    assert world.before.differences(after, roots, BRIDGE) == []
+    assert [r for r in roots if Path(r).exists()] == []
     assert [p for p in pids if pid_alive(p)] == []
     assert shim_pids(socket) == set()
     assert pod_pids() == set()
@@ -92,14 +101,22 @@ def test_stop_restores_the_host(real_node_world: RealNodeWorld) -> None:
     shims, pods = shim_pids(socket), pod_pids()
     assert shims and pods, "a running pod must show a shim and processes in kubepods"
     daemons = {p.pid for p in node.processes.values()}
-    root = str(cluster.root)
+    roots = [str(cluster.root), str(node.containerd_root)]
     assert real_node_world.stop() == []
-    _assert_restored(real_node_world, root, socket, shims | pods | daemons)
-    assert not Path(root).exists()
+    _assert_restored(real_node_world, roots, socket, shims | pods | daemons)
 
 
 def test_a_killed_parent_leaves_nothing_behind(real_node_world: RealNodeWorld) -> None:
     real_node_world.stop()  # one real node per machine: the session's must make way
+    # The child takes the host lock itself: this session's hold makes way until it is gone.
+    check.release_host_lock()
+    try:
+        _killed_parent(real_node_world)
+    finally:
+        assert check.acquire_host_lock(wait=120), "the host lock did not come back"
+
+
+def _killed_parent(real_node_world: RealNodeWorld) -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(real_node_world.archives[0])],
@@ -133,7 +150,40 @@ def test_a_killed_parent_leaves_nothing_behind(real_node_world: RealNodeWorld) -
         time.sleep(0.2)
     assert not node_root.exists(), "the watchdog did not tear the node down"
     try:
-        _assert_restored(real_node_world, info["root"], info["socket"], pids)
+        roots = [str(node_root), info["containerd_root"]]
+        _assert_restored(real_node_world, roots, info["socket"], pids)
     finally:
         # The control plane's own files (etcd's data) are not the watchdog's job.
         shutil.rmtree(info["root"], ignore_errors=True)
+
+
+def test_a_failed_start_names_the_daemon_and_restores_the_host(
+    real_node_world: RealNodeWorld, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_node_world.stop()  # one real node per machine
+    real = check.node_bins()
+    broken = tmp_path / "bins"
+    broken.mkdir()
+    for name in check.NODE_BINARIES:
+        (broken / name).symlink_to(real[name])
+    (broken / ".complete").write_text("broken kubelet\n")
+    (broken / "kubelet").unlink()
+    (broken / "kubelet").write_text(
+        "#!/bin/sh\necho 'kubelet: simulated start failure' >&2\nexit 3\n"
+    )
+    (broken / "kubelet").chmod(0o755)
+    monkeypatch.setenv("NODE_BINS", str(broken))
+    check.node_bins.cache_clear()
+    try:
+        with pytest.raises(ControlPlaneError) as failed:
+            start_cluster(ensure_bins(), ControlPlaneOptions(node="real", node_name="thop-broken"))
+    finally:
+        check.node_bins.cache_clear()
+    message = str(failed.value)
+    assert "kubelet exited" in message and "simulated start failure" in message
+    root = failed.value.root
+    assert root is not None
+    try:
+        _assert_restored(real_node_world, [], "/nonexistent.sock", set())
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

@@ -1,6 +1,6 @@
 """What the kubelet enforces and the process node only imitates: Pod Security admission,
-non-root, read-only root, dropped capabilities, no token, memory limits, liveness probes, and the
-scheduler binding pods (docs/testing-kubernetes.md, "Real node")."""
+non-root, read-only root, dropped capabilities, no token, memory limits, liveness probes, grace
+periods, and the scheduler binding pods (docs/testing-kubernetes.md, "Real node")."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from taskhandler_devenv.kubecluster.control_plane import KubeCluster, ToolError
 from tests.fixtures.realnode import report
 
-from .conftest import apply, main_status, restricted_pod, terminated, wait_pod
+from .conftest import apply, get_pod, main_status, restricted_pod, terminated, wait_pod
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -191,3 +191,60 @@ def test_pod_reaches_the_apiserver_at_the_service_ip(
     out = _logs(real_node_cluster, restricted_ns, "incluster")
     assert f"status=201 user=system:serviceaccount:{restricted_ns}:default" in out, out
     assert terminated(done) == {**(terminated(done) or {}), "exitCode": 0}
+
+
+def test_grace_period_holds_a_pod_whose_pid_1_ignores_sigterm(
+    real_node_cluster: KubeCluster, restricted_ns: str, real_node_images: dict[str, str]
+) -> None:
+    pod = restricted_pod("stubborn", real_node_images["nonroot"], ["sleep", "3600"])
+    pod["spec"]["terminationGracePeriodSeconds"] = 4
+    apply(real_node_cluster, restricted_ns, pod)
+    wait_pod(
+        real_node_cluster,
+        restricted_ns,
+        "stubborn",
+        lambda p: bool(main_status(p).get("state", {}).get("running")),
+        "Running",
+    )
+    started = time.monotonic()
+    real_node_cluster.kubectl(
+        "delete", "pod", "stubborn", "-n", restricted_ns, "--wait=true", "--timeout=60s"
+    )
+    took = time.monotonic() - started
+    # PID 1 has no default SIGTERM action: only the SIGKILL at the end of the grace period ends it.
+    assert 3.5 <= took < 30, f"deleted after {took:.1f}s"
+
+
+def test_http_readiness_probe_gates_ready_and_exec_reaches_the_container(
+    real_node_cluster: KubeCluster, restricted_ns: str, real_node_images: dict[str, str]
+) -> None:
+    pod = restricted_pod(
+        "gated",
+        real_node_images["nonroot"],
+        ["/bin/apicheck", "serve", ":8080", "/scratch/ready"],
+        restart="Always",
+        container={
+            "readinessProbe": {
+                "httpGet": {"path": "/", "port": 8080},
+                "periodSeconds": 1,
+                "failureThreshold": 1,
+            }
+        },
+    )
+    apply(real_node_cluster, restricted_ns, pod)
+
+    def ready(p: dict[str, object]) -> bool:
+        return bool(main_status(p).get("ready"))
+
+    wait_pod(
+        real_node_cluster,
+        restricted_ns,
+        "gated",
+        lambda p: bool(main_status(p).get("state", {}).get("running")),
+        "Running",
+    )
+    # The kubelet probes the pod IP on the bridge; 503 keeps it unready (three probe periods).
+    time.sleep(3)
+    assert not ready(get_pod(real_node_cluster, restricted_ns, "gated"))
+    real_node_cluster.kubectl("exec", "-n", restricted_ns, "gated", "--", "touch", "/scratch/ready")
+    wait_pod(real_node_cluster, restricted_ns, "gated", ready, "Ready after the flag file")

@@ -8,6 +8,8 @@ import gzip
 import hashlib
 import io
 import json
+import subprocess
+import sys
 import tarfile
 import tomllib
 from pathlib import Path
@@ -70,10 +72,16 @@ def test_oci_archive_is_a_named_image_layout(tmp_path: Path) -> None:
 def test_containerd_config_has_the_settings_pods_need(tmp_path: Path) -> None:
     bins = check.NodeBins(tmp_path / "bins")
     text = containerd.config_text(
-        tmp_path, tmp_path / "c.sock", bins, "localhost/pause:1", tmp_path / "net.d"
+        tmp_path / "root",
+        tmp_path / "state",
+        tmp_path / "c.sock",
+        bins,
+        "localhost/pause:1",
+        tmp_path / "net.d",
     )
     config = tomllib.loads(text)
     assert config["version"] == 4
+    assert (config["root"], config["state"]) == (str(tmp_path / "root"), str(tmp_path / "state"))
     plugins = config["plugins"]
     assert plugins["io.containerd.server.v1.grpc"]["address"] == str(tmp_path / "c.sock")
     assert plugins["io.containerd.cri.v1.runtime"]["restrict_oom_score_adj"] is True
@@ -169,3 +177,30 @@ def test_auto_falls_back_to_the_process_node_and_says_why(
     real.node_kind = real._choose_node()
     assert real.node_kind == "real" and real.node_fallback is None
     assert "node-lifecycle-controller" in real._controllers()
+
+
+def _other_process_can_lock(path: Path) -> bool:
+    probe = (
+        "import fcntl, os, sys\n"
+        "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+        "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept BlockingIOError:\n"
+        "    sys.exit(1)\n"
+    )
+    return subprocess.run([sys.executable, "-c", probe, str(path)], check=False).returncode == 0
+
+
+def test_the_host_lock_is_reentrant_within_a_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = tmp_path / "realnode.lock"
+    monkeypatch.setattr(check, "HOST_LOCK", lock)
+    assert check.acquire_host_lock()
+    try:
+        assert check._lock_holder() is None  # held by us: no reason to fall back
+        assert check.acquire_host_lock()  # a node starting inside a session's hold
+        assert not _other_process_can_lock(lock)
+        check.release_host_lock()
+        assert not _other_process_can_lock(lock)  # the session still holds it
+    finally:
+        check.release_host_lock()
+    assert _other_process_can_lock(lock)

@@ -12,6 +12,7 @@ import functools
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,19 +97,56 @@ def _cgroup_problem() -> str | None:
     return None
 
 
+class _HostLock:
+    """The machine-wide real-node lock as this process holds it: re-entrant, so a test session
+    can hold it from its first host-state capture to its end while nodes start and stop inside
+    (flock locks belong to an open file, so a second open in this process would block)."""
+
+    fd: int | None = None
+    depth = 0
+
+
+def acquire_host_lock(wait: float = 0.0) -> bool:
+    """Take the lock (waiting up to ``wait`` seconds for another holder); False if it stays
+    taken."""
+    if _HostLock.depth:
+        _HostLock.depth += 1
+        return True
+    fd = os.open(HOST_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return False
+            time.sleep(0.5)
+            continue
+        _HostLock.fd, _HostLock.depth = fd, 1
+        return True
+
+
+def release_host_lock() -> None:
+    if _HostLock.depth == 0:
+        return
+    _HostLock.depth -= 1
+    if _HostLock.depth == 0 and _HostLock.fd is not None:
+        os.close(_HostLock.fd)
+        _HostLock.fd = None
+
+
+LOCK_REASON = "another real node runs on this machine"
+
+
 def _lock_holder() -> str | None:
-    """Another real node holds the host lock (a concurrent test run)."""
-    try:
-        fd = os.open(HOST_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        return f"cannot open {HOST_LOCK}: {exc}"
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return f"another real node runs on this machine (it holds {HOST_LOCK})"
-    finally:
-        os.close(fd)
-    return None
+    """Another process holds the host lock (a concurrent test run)."""
+    if _HostLock.depth:
+        return None
+    if acquire_host_lock():
+        release_host_lock()
+        return None
+    return f"{LOCK_REASON} (it holds {HOST_LOCK})"
 
 
 def real_node_unavailable() -> str | None:

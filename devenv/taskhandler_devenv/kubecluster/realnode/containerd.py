@@ -3,8 +3,9 @@
 Settings each of which a pod sandbox failed without (shared/reference/real-node.md):
 ``restrict_oom_score_adj`` (the machine's processes lack CAP_SYS_RESOURCE, so runc cannot lower
 an oom_score_adj), and the sandbox image pinned to the locally imported pause image (there is
-no registry to pull registry.k8s.io/pause from). Root and state live in the node's folder; the
-shims still use /run/containerd/{s,fifo,runc} (hoststate removes them).
+no registry to pull registry.k8s.io/pause from). Root (content, snapshots) lives in a folder on
+disk, state in the node's folder; the shims still use /run/containerd/{s,fifo,runc} (hoststate
+removes them).
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ def _toml(value: object) -> str:
 
 
 def config_text(
-    root: Path, socket: Path, bins: NodeBins, sandbox_image: str, cni_conf: Path
+    root: Path, state: Path, socket: Path, bins: NodeBins, sandbox_image: str, cni_conf: Path
 ) -> str:
+    """``root`` holds content and snapshots (hundreds of MB per real image: on disk, not in
+    the cluster folder's tmpfs); ``state`` the runtime state (small, in the cluster folder)."""
     sections: dict[str, dict[str, object]] = {
         'plugins."io.containerd.server.v1.grpc"': {"address": str(socket)},
         'plugins."io.containerd.server.v1.ttrpc"': {"address": f"{socket}.ttrpc"},
@@ -56,8 +59,8 @@ def config_text(
     }
     lines = [
         "version = 4",
-        f"root = {_toml(str(root / 'root'))}",
-        f"state = {_toml(str(root / 'state'))}",
+        f"root = {_toml(str(root))}",
+        f"state = {_toml(str(state))}",
         # The host's /etc/containerd must not change the test node.
         "imports = []",
         # btrfs/zfs/devmapper/tracing would only log errors on this machine; opt, NRI and the

@@ -33,15 +33,15 @@ SYSCTLS = (
     "net/ipv4/ip_forward",
 )
 # Created by the kubelet (device-plugins, pod logs and their /var/log/containers links),
-# libcni's cache (results), the shim and runc (/run/containerd/{s,fifo,runc}, /run/runc from
-# the shim's `runc features`) and the CNI network namespaces, whatever we configure.
+# libcni's cache (results), the shim and runc (/run/containerd/{s,fifo,runc}) and the CNI
+# network namespaces, whatever we configure. Not /run/runc: runc's default root, which other
+# runc users on the machine (BuildKit) share; our shim always passes its own --root.
 HOST_DIRS = (
     "/var/lib/kubelet",
     "/var/log/pods",
     "/var/log/containers",
     "/var/lib/cni",
     "/run/containerd",
-    "/run/runc",
     "/run/netns",
     "/etc/cni",
     "/opt/cni",

@@ -13,11 +13,11 @@ the CNI plugin would, so the setting is in place for the first pod).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +26,16 @@ from typing import IO
 from ..certs import CertPair
 from ..procs import ManagedProcess
 from . import containerd, kubelet
-from .check import HOST_LOCK, NodeBins, nft_binary, node_bins, node_ip, real_node_unavailable
+from .check import (
+    HOST_LOCK,
+    NodeBins,
+    acquire_host_lock,
+    nft_binary,
+    node_bins,
+    node_ip,
+    real_node_unavailable,
+    release_host_lock,
+)
 from .hoststate import NFT_TABLE, HostState
 from .teardown import Record, kill_node_processes, start_ticks, teardown
 from .testimages import PAUSE_REF, pause_archive
@@ -51,9 +60,10 @@ class RealNode:
         self.processes: dict[str, ManagedProcess] = {}
         self.socket = root / "containerd" / "containerd.sock"
         self.record_path = root / "realnode-record.json"
+        self.containerd_root = root / "containerd" / "root"
         self.node_ip = ""
         self._record: Record | None = None
-        self._lock: int | None = None
+        self._locked = False
         self._watchdog: subprocess.Popen[bytes] | None = None
         self._watchdog_pipe: IO[str] | None = None
 
@@ -81,8 +91,14 @@ class RealNode:
         self._take_lock()
         self.node_ip = node_ip() or ""
         self.root.mkdir(parents=True, exist_ok=True)
+        # On disk even when the cluster folder is in /dev/shm: one real image unpacked is
+        # hundreds of MB (the operator's: about 800 MB with its content).
+        self.containerd_root = Path(
+            tempfile.mkdtemp(prefix="thop-containerd-", dir=tempfile.gettempdir())
+        )
         self._record = Record(
             root=str(self.root),
+            extra_dirs=[str(self.containerd_root)],
             containerd_socket=str(self.socket),
             bridge=kubelet.BRIDGE,
             saved=HostState.capture(),
@@ -112,9 +128,9 @@ class RealNode:
         if self._record is not None:
             survivors = teardown(self._record)
         self._release_watchdog()
-        if self._lock is not None:
-            os.close(self._lock)
-            self._lock = None
+        if self._locked:
+            release_host_lock()
+            self._locked = False
         return survivors
 
     def alive(self) -> dict[str, bool]:
@@ -122,13 +138,9 @@ class RealNode:
 
     # --- start steps ---------------------------------------------------------------------------
     def _take_lock(self) -> None:
-        fd = os.open(HOST_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            os.close(fd)
-            raise RealNodeError(f"another real node holds {HOST_LOCK}") from exc
-        self._lock = fd
+        if not acquire_host_lock():
+            raise RealNodeError(f"another real node holds {HOST_LOCK}")
+        self._locked = True
 
     def _start_watchdog(self) -> None:
         # Both pipe ends are non-inheritable: the watchdog's stdin is its only other holder, so
@@ -189,7 +201,11 @@ class RealNode:
         (cni_conf / "10-thop.conflist").write_text(kubelet.cni_conflist(self.root / "cni" / "ipam"))
         config = base / "config.toml"
         base.mkdir(parents=True, exist_ok=True)
-        config.write_text(containerd.config_text(base, self.socket, self.bins, PAUSE_REF, cni_conf))
+        config.write_text(
+            containerd.config_text(
+                self.containerd_root, base / "state", self.socket, self.bins, PAUSE_REF, cni_conf
+            )
+        )
         env = dict(os.environ)
         # containerd finds its shim on PATH.
         env["PATH"] = f"{self.bins.dir}:{env.get('PATH', '/usr/bin:/bin')}"
@@ -213,16 +229,29 @@ class RealNode:
 table ip {NFT_TABLE} {{
   chain prerouting {{
     type nat hook prerouting priority -100; policy accept;
-    ip daddr {SERVICE_IP} tcp dport 443 dnat to 127.0.0.1:{apiserver_port}
   }}
   chain output {{
     type nat hook output priority -100; policy accept;
-    ip daddr {SERVICE_IP} tcp dport 443 dnat to 127.0.0.1:{apiserver_port}
   }}
 }}
 """
+        self._nft(rules)
+        self.forward_to_loopback(SERVICE_IP, 443, apiserver_port)
+
+    def forward_to_loopback(self, address: str, port: int, loopback_port: int) -> None:
+        """Let pods reach a server that listens on the host's loopback only (PostgreSQL, the
+        git and S3 servers of the tests) at ``address:port``: a DNAT like the apiserver's.
+        Removed with the node's nftables table at stop."""
+        for chain in ("prerouting", "output"):
+            self._nft(
+                f"add rule ip {NFT_TABLE} {chain} ip daddr {address} tcp dport {port} "
+                f"dnat to 127.0.0.1:{loopback_port}\n"
+            )
+
+    @staticmethod
+    def _nft(script: str) -> None:
         nft = nft_binary() or "nft"
-        done = subprocess.run([nft, "-f", "-"], input=rules, capture_output=True, text=True)
+        done = subprocess.run([nft, "-f", "-"], input=script, capture_output=True, text=True)
         if done.returncode != 0:
             raise RealNodeError(f"nft: {done.stderr.strip()}")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import time
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ class Record:
     containerd_socket: str
     bridge: str
     saved: HostState
+    extra_dirs: list[str] = field(default_factory=list)
+    """Folders outside ``root`` the node owns (containerd's content and snapshots)."""
     daemon_pids: dict[str, tuple[int, int | None]] = field(default_factory=dict)
 
     def write(self, path: Path) -> None:
@@ -35,6 +38,7 @@ class Record:
             "containerd_socket": self.containerd_socket,
             "bridge": self.bridge,
             "saved": self.saved.to_json(),
+            "extra_dirs": self.extra_dirs,
             "daemon_pids": self.daemon_pids,
         }
         tmp = path.with_suffix(".tmp")
@@ -49,6 +53,7 @@ class Record:
             containerd_socket=data["containerd_socket"],
             bridge=data["bridge"],
             saved=HostState(**data["saved"]),
+            extra_dirs=list(data.get("extra_dirs", [])),
             daemon_pids={k: (v[0], v[1]) for k, v in data["daemon_pids"].items()},
         )
 
@@ -109,5 +114,7 @@ def kill_node_processes(record: Record, timeout: float = 10.0) -> list[int]:
 def teardown(record: Record) -> list[int]:
     """Kill, then restore the host; returns pids that would not die (restore runs anyway)."""
     survivors = kill_node_processes(record)
-    restore(record.saved, [record.root], record.bridge)
+    restore(record.saved, [record.root, *record.extra_dirs], record.bridge)
+    for folder in record.extra_dirs:
+        shutil.rmtree(folder, ignore_errors=True)
     return survivors

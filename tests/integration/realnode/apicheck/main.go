@@ -1,7 +1,9 @@
 // apicheck: what an in-cluster client does, in a static binary for a busybox image. It reads the
 // projected service-account token and CA, dials https://10.0.0.1:443 verifying the serving
 // certificate against that CA (so the IP SAN must be there), POSTs a SelfSubjectReview and
-// prints the user name the apiserver saw.
+// prints the user name the apiserver saw. `apicheck get <url>` prints a plain HTTP GET's body
+// instead (busybox-static's wget crashes: static glibc cannot load its resolver modules).
+// `apicheck serve <addr> <file>` answers 200 while <file> exists, else 503 (a readiness probe).
 package main
 
 import (
@@ -20,6 +22,27 @@ import (
 const sa = "/var/run/secrets/kubernetes.io/serviceaccount/"
 
 func main() {
+	if len(os.Args) == 4 && os.Args[1] == "serve" {
+		flag := os.Args[3]
+		http.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+			if _, err := os.Stat(flag); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ready")
+		})
+		check(http.ListenAndServe(os.Args[2], nil))
+		return
+	}
+	if len(os.Args) == 3 && os.Args[1] == "get" {
+		resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(os.Args[2])
+		check(err)
+		defer resp.Body.Close()
+		raw, err := io.ReadAll(resp.Body)
+		check(err)
+		fmt.Print(string(raw))
+		return
+	}
 	token, err := os.ReadFile(sa + "token")
 	check(err)
 	caPEM, err := os.ReadFile(sa + "ca.crt")
