@@ -784,6 +784,15 @@ def job_outcome(
             None,
         )
     if fetch is not None and fetch.get("exitCode") != 0:
+        if fetch.get("reason") == "OOMKilled":
+            # Both containers share the limit; the download is the first to meet it (seen on a
+            # real kubelet: a limit too small for the probe kills the fetch container first).
+            return _failed(
+                ProbeFailure.OUT_OF_MEMORY,
+                f"the probe ran out of memory while downloading the artifact (limit "
+                f"{_memory_limit(pod) or 'unknown'}); raise spec.probe.resources.limits.memory",
+                log_tail,
+            )
         detail = _last_line(fetch.get("message")) or f"exit code {fetch.get('exitCode')}"
         return _failed(
             ProbeFailure.FETCH_FAILED,

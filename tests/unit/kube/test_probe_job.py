@@ -448,6 +448,17 @@ def test_oom_killed_names_the_limit() -> None:
     )
 
 
+def test_fetch_oom_killed_is_out_of_memory_not_a_failed_download() -> None:
+    fetch = terminated(137, reason="OOMKilled")
+    pod = pod_json(fetch=fetch, memory="24Mi")
+    outcome = job_outcome(job_json(("Failed", "BackoffLimitExceeded")), pod)
+    assert outcome.reason == ProbeFailure.OUT_OF_MEMORY
+    assert outcome.message == (
+        "the probe ran out of memory while downloading the artifact (limit 24Mi); "
+        "raise spec.probe.resources.limits.memory"
+    )
+
+
 def test_evicted_pod() -> None:
     pod = pod_json(probe=terminated(137), fetch=FETCHED, reason="Evicted")
     outcome = job_outcome(job_json(("Failed", "BackoffLimitExceeded")), pod)
