@@ -62,14 +62,21 @@ def test_an_idle_leader_with_no_bundles_stays_live_past_every_limit(
     op = Operator(proc, log, command.health_port)
     try:
         deadline = time.monotonic() + 120
-        while ready(op.health_port) != 200:  # started and leading: every check armed
+        body: dict[str, Any] = {}
+        # Ready once it leads; its checks arm as the loops they watch start, a moment later
+        # (a CI run once read /healthz between the two): wait for both.
+        while True:
+            if ready(op.health_port) == 200:
+                body = healthz(op.health_port)[1]
+                if all(check["armed"] for check in body["heartbeats"].values()):
+                    break
             assert proc.poll() is None, op.tail()
-            assert time.monotonic() < deadline, f"never became the ready leader\n{op.tail()}"
+            assert time.monotonic() < deadline, (
+                f"never became the ready leader with every check armed: {body}\n{op.tail()}"
+            )
             time.sleep(0.5)
-        status, body = healthz(op.health_port)
         limits = {name: check["maxAgeSeconds"] for name, check in body["heartbeats"].items()}
         assert limits == EXPECTED, body
-        assert all(check["armed"] for check in body["heartbeats"].values()), body
 
         # Idle for longer than the longest limit, with margin: never stale.
         idle_until = time.monotonic() + max(EXPECTED.values()) + 10
