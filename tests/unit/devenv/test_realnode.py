@@ -194,6 +194,10 @@ def test_the_host_lock_is_reentrant_within_a_process(
 ) -> None:
     lock = tmp_path / "realnode.lock"
     monkeypatch.setattr(check, "HOST_LOCK", lock)
+    # This process's own hold starts empty: in a whole run the session's real-node fixture may
+    # hold the machine's lock already (restored after the test).
+    monkeypatch.setattr(check._HostLock, "fd", None)
+    monkeypatch.setattr(check._HostLock, "depth", 0)
     assert check.acquire_host_lock()
     try:
         assert check._lock_holder() is None  # held by us: no reason to fall back
