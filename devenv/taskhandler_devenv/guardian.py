@@ -34,18 +34,10 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from taskhandler_devenv.kubecluster.procs import start_ticks
+
 RELEASE = "release"
 POSTMASTER_GRACE = 10.0
-
-
-def _start_ticks(pid: int) -> int | None:
-    """When ``pid`` started (clock ticks since boot); None when it is gone or a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
 class Guardian:
@@ -78,7 +70,7 @@ class Guardian:
 
     def process_group(self, pid: int) -> None:
         """SIGKILL the process group led by ``pid`` (a ``start_new_session`` child)."""
-        self._send({"group": pid, "ticks": _start_ticks(pid)})
+        self._send({"group": pid, "ticks": start_ticks(pid)})
 
     def remove(self, path: Path) -> None:
         self._send({"remove": str(path)})
@@ -116,7 +108,7 @@ def _stop_postmaster(data_dir: Path) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signal.SIGQUIT)
     deadline = time.monotonic() + POSTMASTER_GRACE
-    while _start_ticks(pid) is not None and time.monotonic() < deadline:
+    while start_ticks(pid) is not None and time.monotonic() < deadline:
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signal.SIGKILL)
@@ -129,7 +121,7 @@ def clean_up(items: list[dict[str, Any]]) -> None:
             with contextlib.suppress(Exception):
                 _stop_postmaster(Path(item["postmaster"]))
     for item in reversed(items):
-        if "group" in item and _start_ticks(int(item["group"])) == item.get("ticks"):
+        if "group" in item and start_ticks(int(item["group"])) == item.get("ticks"):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(int(item["group"]), signal.SIGKILL)
     for item in reversed(items):

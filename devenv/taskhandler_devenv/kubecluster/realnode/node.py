@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO
 
 from ..certs import CertPair
-from ..procs import ManagedProcess
+from ..procs import ManagedProcess, start_ticks
 from . import containerd, kubelet
 from .check import (
     HOST_LOCK,
@@ -37,7 +37,7 @@ from .check import (
     release_host_lock,
 )
 from .hoststate import NFT_TABLE, HostState
-from .teardown import Record, kill_node_processes, start_ticks, teardown
+from .teardown import Record, kill_node_processes, teardown
 from .testimages import PAUSE_REF, pause_archive
 from .watchdog import RELEASE
 

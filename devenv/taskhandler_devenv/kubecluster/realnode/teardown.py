@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..procs import start_ticks
 from .hoststate import CGROUP_ROOT, KUBEPODS, HostState, restore
 
 
@@ -56,16 +57,6 @@ class Record:
             extra_dirs=list(data.get("extra_dirs", [])),
             daemon_pids={k: (v[0], v[1]) for k, v in data["daemon_pids"].items()},
         )
-
-
-def start_ticks(pid: int) -> int | None:
-    """When ``pid`` started (clock ticks since boot); None when it is gone or a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
 def pod_pids() -> set[int]:
