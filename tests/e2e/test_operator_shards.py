@@ -223,21 +223,22 @@ def test_two_shards_a_relabel_mid_probe_and_a_killed_shard_leader(
             artifact("stay-b"),
             artifact("mover"),
         )
-        # The rival, in shard b, serves the default shard's bundle's queue: claims are in the
-        # database, so it gets the conflict it would get in the same shard.
-        rival = manifest("rival", *stay_default, "b")
-        rival["spec"]["queues"] = ["stay-default"]
         for obj in (
             manifest("stay-default", *stay_default, None),
             manifest("stay-b", *stay_b, "b"),
             manifest("mover", *mover_fast, None),
-            rival,
         ):
             cluster.kubectl("apply", "-f", "-", input=json.dumps(obj))
         ready(cluster, ns, "stay-default", stay_default[1], default)
         ready(cluster, ns, "stay-b", stay_b[1], b_leader)
         ready(cluster, ns, "mover", mover_fast[1], default)
         assert set(bindings(database, "mover")) == {(DAGS["mover"], TASK)}
+        # The rival, in shard b, serves the default shard's bundle's queue: claims are in the
+        # database, so it gets the conflict it would get in the same shard. Applied once
+        # stay-default holds the claim: together, either could have claimed it first.
+        rival = manifest("rival", *stay_default, "b")
+        rival["spec"]["queues"] = ["stay-default"]
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(rival))
         stalled = wait_for(
             "the rival stalled on the queue's claim",
             lambda: (
