@@ -40,6 +40,7 @@ STRUCTURES = (
     "job_signals",
     "revision_locks",
     "revision_holds",
+    "revision_removals",
     "event_memory",
     "bundle_series",
     "git_mirrors",

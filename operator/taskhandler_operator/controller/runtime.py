@@ -342,6 +342,7 @@ class OperatorRuntime:
             for server in servers:
                 await server.stop()
             await artifacts.stop()
+            await revisions.close()
             await kube.aclose()
             await engine.dispose()
 
@@ -358,6 +359,7 @@ def _track(runtime: OperatorRuntime) -> None:
     metrics.track("inventory_bundles", lambda: len(runtime.poller.queues_of))
     metrics.track("revision_locks", lambda: revisions.lock_count)
     metrics.track("revision_holds", lambda: revisions.hold_count)
+    metrics.track("revision_removals", lambda: revisions.removal_count)
     metrics.track("event_memory", lambda: runtime.kube.events_remembered)
     metrics.track("bundle_series", lambda: metrics.bundle_series())
     metrics.track("git_mirrors", lambda: len(mirror_dirs(revisions.mirrors_dir)))

@@ -25,6 +25,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -84,6 +85,7 @@ class RevisionStore:
         self.cache_dir = cache_dir or self.root / ".cache"
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._holds: Counter[tuple[str, str, str]] = Counter()
+        self._removals: set[asyncio.Task[None]] = set()
 
     # -- paths ---------------------------------------------------------------------------------
 
@@ -355,10 +357,38 @@ class RevisionStore:
             trash = base.parent / f"{TRASH_PREFIX}{bundle}-{secrets.token_hex(6)}"
             with contextlib.suppress(FileNotFoundError):
                 await asyncio.to_thread(os.rename, base, trash)
-        await _remove_for_good(trash)
+            # This deletion's folder, and any an earlier attempt renamed away and was stopped
+            # (cancelled, or it failed) before removing.
+            doomed = await asyncio.to_thread(_trash_of, base.parent, bundle)
+        for path in doomed:
+            if not await _remove_for_good(path):
+                self._remove_later(path)
         self._locks.pop((namespace, bundle), None)
         if mirror is not None:
             await asyncio.to_thread(mirrors.release, mirror, namespace, bundle)
+
+    @property
+    def removal_count(self) -> int:
+        """Folders of deleted bundles still being removed in the background."""
+        return len(self._removals)
+
+    def _remove_later(self, path: Path) -> None:
+        """Keep removing ``path`` in the background. A sync cancelled by the deletion can still
+        have a copy thread writing into it through an open folder, and on a busy machine that
+        thread may only get to run after the deletion's own attempts ended."""
+        task = asyncio.get_running_loop().create_task(
+            _remove_eventually(path), name=f"remove {path.name}"
+        )
+        self._removals.add(task)
+        task.add_done_callback(self._removals.discard)
+
+    async def close(self) -> None:
+        """Stop the background removals; what they leave, the next :meth:`open` removes."""
+        for task in list(self._removals):
+            task.cancel()
+        for task in list(self._removals):
+            with contextlib.suppress(BaseException):
+                await task
 
     @property
     def mirrors_dir(self) -> Path:
@@ -397,13 +427,15 @@ class RevisionStore:
 #: Attempts, and seconds between them, at removing a bundle's renamed-away folder.
 TRASH_ATTEMPTS = 10
 TRASH_PAUSE = 0.5
+#: How long, and with at most what pause, a removal goes on in the background after that.
+TRASH_LATER_SECONDS = 600.0
+TRASH_LATER_PAUSE_MAX = 30.0
 
 
-async def _remove_for_good(path: Path) -> None:
-    """Remove a bundle's folder renamed away by its deletion. A sync of the bundle cancelled at
-    that moment may still hold a folder of it open and write into it while ``rmtree`` runs
-    (``ENOTEMPTY``): try again for a few seconds; whatever is still left is logged, and the
-    next :meth:`RevisionStore.open` removes it."""
+async def _remove_for_good(path: Path) -> bool:
+    """Remove a bundle's folder renamed away by its deletion; whether it is gone. A sync of the
+    bundle cancelled at that moment may still hold a folder of it open and write into it while
+    ``rmtree`` runs (``ENOTEMPTY``): try again for a few seconds."""
     problem: OSError | None = None
     for attempt in range(TRASH_ATTEMPTS):
         try:
@@ -412,10 +444,38 @@ async def _remove_for_good(path: Path) -> None:
         except OSError as exc:
             problem = exc
         if not await asyncio.to_thread(os.path.lexists, path):
-            return
+            return True
         if attempt + 1 < TRASH_ATTEMPTS:
             await asyncio.sleep(TRASH_PAUSE)
-    log.warning("could not remove %s yet (%s); the next start removes it", path, problem)
+    log.info("%s is still being written (%s); removing it in the background", path, problem)
+    return False
+
+
+async def _remove_eventually(path: Path) -> None:
+    """:func:`_remove_for_good` with growing pauses for up to :data:`TRASH_LATER_SECONDS`;
+    whatever is left after that is logged, and the next :meth:`RevisionStore.open` removes it."""
+    deadline = asyncio.get_running_loop().time() + TRASH_LATER_SECONDS
+    pause = TRASH_PAUSE
+    while True:
+        if await _remove_for_good(path):
+            log.info("removed %s", path)
+            return
+        if asyncio.get_running_loop().time() + pause > deadline:
+            break
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, TRASH_LATER_PAUSE_MAX)
+    log.warning("could not remove %s; the next start removes it", path)
+
+
+def _trash_of(folder: Path, bundle: str) -> list[Path]:
+    """The renamed-away folders of ``bundle`` in its namespace ``folder``
+    (``.trash-<bundle>-<12 hex>``; a longer bundle name that starts the same does not match)."""
+    pattern = re.compile(re.escape(f"{TRASH_PREFIX}{bundle}-") + r"[0-9a-f]{12}")
+    try:
+        with os.scandir(folder) as entries:
+            return sorted(Path(e.path) for e in entries if pattern.fullmatch(e.name))
+    except FileNotFoundError:
+        return []
 
 
 def _sweep_trash(root: Path) -> list[str]:

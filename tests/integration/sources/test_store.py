@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import os
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from taskhandler_operator.sources import store as store_module
 from taskhandler_operator.sources.errors import SourceTimeout
 from taskhandler_operator.sources.store import RevisionStore
 from tests.integration.sources.conftest import NAMESPACE, fingerprint, sync_source
@@ -215,6 +217,56 @@ async def test_delete_bundle_outlasts_a_writer_still_inside_the_folder(
         await writer
         os.close(inside)
     assert [p.name for p in (store.root / NAMESPACE).iterdir()] == []
+
+
+async def test_a_folder_still_written_after_the_deletion_is_removed_in_the_background(
+    store: RevisionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a busy machine the cancelled sync's copy thread may only run after the deletion's own
+    attempts ended: the deletion returns, and the folder is removed later, counted meanwhile."""
+    folder = tmp_path / "vol"
+    folder.mkdir()
+    (folder / "a.txt").write_text("x")
+    await sync_source(store, volume(folder))
+    real = store_module._remove_tree
+    calls: list[Path] = []
+
+    def still_written(path: Path) -> None:
+        calls.append(path)
+        if len(calls) <= 4:  # the two attempts of the deletion, then two in the background
+            raise OSError(errno.ENOTEMPTY, "Directory not empty", str(path))
+        real(path)
+
+    monkeypatch.setattr(store_module, "_remove_tree", still_written)
+    monkeypatch.setattr(store_module, "TRASH_ATTEMPTS", 2)
+    monkeypatch.setattr(store_module, "TRASH_PAUSE", 0.05)
+    await store.delete_bundle(NAMESPACE, "bundle")
+    assert store.removal_count == 1
+    [left] = (store.root / NAMESPACE).iterdir()
+    assert left.name.startswith(".trash-bundle-")
+    deadline = time.monotonic() + 30
+    while store.removal_count and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert store.removal_count == 0
+    assert list((store.root / NAMESPACE).iterdir()) == []
+    assert len(calls) == 5 and set(calls) == {left}
+
+
+async def test_a_retried_deletion_removes_what_an_earlier_attempt_left(
+    store: RevisionStore, tmp_path: Path
+) -> None:
+    """A deletion stopped between its rename and its removal (cancelled, or it failed) leaves
+    ``.trash-<bundle>-*``; the next attempt finds no bundle folder but removes that, and only
+    that: a bundle whose name starts the same keeps its own."""
+    namespace = store.root / NAMESPACE
+    mine = namespace / ".trash-bundle-0123456789ab"
+    theirs = namespace / ".trash-bundle-x-0123456789ab"
+    for left in (mine, theirs):
+        (left / "rev").mkdir(parents=True)
+        (left / "rev" / "file").write_text("x")
+    await store.delete_bundle(NAMESPACE, "bundle")
+    assert sorted(p.name for p in namespace.iterdir()) == [theirs.name]
+    assert store.removal_count == 0
 
 
 async def test_open_removes_folders_deletions_left_behind(tmp_path: Path) -> None:
