@@ -244,8 +244,9 @@ async def test_a_folder_still_written_after_the_deletion_is_removed_in_the_backg
     assert store.removal_count == 1
     [left] = (store.root / NAMESPACE).iterdir()
     assert left.name.startswith(".trash-bundle-")
-    deadline = time.monotonic() + 30
-    while store.removal_count and time.monotonic() < deadline:
+    for _ in range(600):  # 30 s at most
+        if not store.removal_count:
+            break
         await asyncio.sleep(0.05)
     assert store.removal_count == 0
     assert list((store.root / NAMESPACE).iterdir()) == []
