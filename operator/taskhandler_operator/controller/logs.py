@@ -214,6 +214,28 @@ class ContextFilter(logging.Filter):
         return True
 
 
+#: kopf's watch-event handlers (``kopf.on.event``), which run on every event of every bundle,
+#: probe Job and probe pod: kopf logs each success at INFO, one line per status patch.
+EVENT_HANDLERS = frozenset({"wake-on-vanish", "job_event", "pod_event"})
+_HANDLER_SUCCEEDED = re.compile(r"Handler '([^']+)' succeeded\.")
+
+
+class RoutineSuccessFilter(logging.Filter):
+    """On our handler: kopf's "Handler '<id>' succeeded." for :data:`EVENT_HANDLERS` becomes
+    DEBUG (dropped at INFO). Their failures, and every other handler's success, stay."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.INFO or not record.name.startswith("kopf"):
+            return True
+        found = _HANDLER_SUCCEEDED.fullmatch(record.getMessage())
+        if found is None or found[1] not in EVENT_HANDLERS:
+            return True
+        if not logging.getLogger().isEnabledFor(logging.DEBUG):
+            return False
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
 class PlainFormatter(logging.Formatter):
     """``2026-11-30T12:00:00.123Z INFO logger [ns/name@rev] message``."""
 
@@ -300,6 +322,7 @@ def configure(
     install_record_factory(redactor)
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     setattr(handler, _HANDLER_MARK, True)
+    handler.addFilter(RoutineSuccessFilter())
     handler.addFilter(ContextFilter(redactor))
     handler.setFormatter(JsonLineFormatter() if chosen is LogFormat.JSON else PlainFormatter())
     root = logging.getLogger()

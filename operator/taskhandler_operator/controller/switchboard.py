@@ -221,7 +221,12 @@ def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
             runtime.wakeups.wake_all(f"{namespace}/{name} is gone")
 
     @kopf.on.event(
-        "batch", "v1", "jobs", registry=registry, labels={names.LABEL_MANAGED_BY: names.MANAGER}
+        "batch",
+        "v1",
+        "jobs",
+        registry=registry,
+        id="job_event",
+        labels={names.LABEL_MANAGED_BY: names.MANAGER},
     )
     async def job_event(event: kopf.RawEvent, **_: Any) -> None:
         job = event.get("object") or {}

@@ -260,3 +260,31 @@ def test_unknown_format_is_one_line_error() -> None:
 def test_set_revision_outside_a_bundle_is_an_error() -> None:
     with pytest.raises(RuntimeError, match="outside bundle_context"):
         set_revision("x")
+
+
+# --- kopf's routine successes -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("level", [logging.INFO, logging.DEBUG])
+def test_event_handlers_successes_are_debug_others_stay_info(
+    capture: Callable[[str], tuple[io.StringIO, Redactor]], level: int
+) -> None:
+    stream, _ = capture("json")
+    logging.getLogger().setLevel(level)
+    kopf_log = logging.getLogger("kopf.objects")
+    for handler in ("wake-on-vanish", "job_event", "pod_event", "wake-create"):
+        kopf_log.info("Handler '%s' succeeded.", handler)
+    kopf_log.error("Handler 'job_event' failed with an exception and will try again.")
+    log.info("Handler 'pod_event' succeeded.")  # not kopf's: left alone
+    seen = [(line["level"], line["message"]) for line in lines(stream)]
+    routine = [
+        ("DEBUG", f"Handler '{handler}' succeeded.")
+        for handler in ("wake-on-vanish", "job_event", "pod_event")
+    ]
+    expected = [
+        *(routine if level == logging.DEBUG else []),
+        ("INFO", "Handler 'wake-create' succeeded."),
+        ("ERROR", "Handler 'job_event' failed with an exception and will try again."),
+        ("INFO", "Handler 'pod_event' succeeded."),
+    ]
+    assert seen == expected
