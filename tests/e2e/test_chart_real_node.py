@@ -11,7 +11,8 @@ session PostgreSQL (``pg_hba.conf`` lets the pod subnet in, restored after) and 
 source at fixed virtual addresses, the operator's artifact server (for the probe pods) at another.
 
 The tests share one release and run in this order: install and stay up; a Go bundle probed in a
-Job; a probe over its memory limit; the operator killed and restarted by the kubelet with no
+Job; a Java and a TypeScript bundle probed in Jobs of the runtime images; a probe over its memory
+limit; the operator killed and restarted by the kubelet with no
 duplicate Job; ``helm uninstall``.
 """
 
@@ -37,6 +38,7 @@ from taskhandler_devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_devenv.postgres import PostgresServer
 from taskhandler_devenv.realnode_install import (
     ARTIFACT_IP,
+    LOCAL_IMAGES,
     POSTGRES_IP,
     SOURCES_IP,
     Exposure,
@@ -138,7 +140,12 @@ def operator_status(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def bundle(
-    name: str, url: str, path: str, queue: str, probe: dict[str, Any] | None = None
+    name: str,
+    url: str,
+    path: str,
+    queue: str,
+    probe: dict[str, Any] | None = None,
+    language: str = "go",
 ) -> dict[str, Any]:
     return {
         "apiVersion": names.API_VERSION,
@@ -146,7 +153,7 @@ def bundle(
         "metadata": {"name": name},
         "spec": {
             "bundleName": name,
-            "language": "go",
+            "language": language,
             "queues": [queue],
             "source": {
                 "git": {"url": url, "ref": "main", "path": path, "secretRef": {"name": "git-auth"}}
@@ -196,21 +203,33 @@ def release(
     db_url = pg_server.url(database)
     engine = sa.create_engine(db_url)
     with engine.begin() as conn:
-        stubs = [stub_task("extract", queue="go"), stub_task("load", queue="go-load")]
+        stubs = [
+            stub_task("extract", queue="go"),
+            stub_task("load", queue="go-load"),
+            stub_task("transform", queue="java"),
+            stub_task("publish", queue="typescript"),
+        ]
         insert_dag(conn, dag_document(DAG, stubs))
     engine.dispose()
 
     repo = make_repo(
         source_http.root / "git", f"repo-{uuid.uuid4().hex[:6]}", tmp_path_factory.mktemp("work")
     )
-    spec = {DAG: [{"task_id": "extract", "binding": "named", "params": []}]}
-    spec_load = {DAG: [{"task_id": "load", "binding": "named", "params": []}]}
+
+    def spec(task: str) -> dict[str, Any]:
+        return {DAG: [{"task_id": task, "binding": "named", "params": []}]}
+
+    def built(language: str, task: str) -> bytes:
+        return Path(runtime_factory(language, spec=spec(task))).read_bytes()
+
     repo.commit(
         {
-            "go/extract": Path(runtime_factory("go", spec=spec)).read_bytes(),
-            "go-load/load": Path(runtime_factory("go", spec=spec_load)).read_bytes(),
+            "go/extract": built("go", "extract"),
+            "go-load/load": built("go", "load"),
+            "java/transform.jar": built("java", "transform"),
+            "typescript/publish.min.mjs": built("typescript", "publish"),
         },
-        "go bundles",
+        "go, java and typescript bundles",
     )
     (repo.work / "go" / "extract").chmod(0o755)
     (repo.work / "go-load" / "load").chmod(0o755)
@@ -339,6 +358,53 @@ def test_go_bundle_probed_in_a_job_on_the_real_node(release: Release) -> None:
     for c in spec["containers"] + spec.get("initContainers", []):
         assert c["securityContext"]["readOnlyRootFilesystem"] is True
         assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+
+
+def test_java_and_typescript_bundles_probed_in_jobs_of_their_runtime_images(
+    release: Release,
+) -> None:
+    """The JVM and Node each answer a probe in the image built from images/Dockerfile, as UID
+    65532 with a read-only root, no token, no capabilities and the chart's memory limit."""
+    started = time.monotonic()
+    for language in ("java", "typescript"):
+        release.apply(
+            bundle(f"orders-{language}", release.git_url(), language, language, language=language)
+        )
+
+    def both_ready() -> bool:
+        return all(
+            condition(release.get("thb", f"orders-{language}"), "Ready").get("status") == "True"
+            for language in ("java", "typescript")
+        )
+
+    wait_for("orders-java and orders-typescript Ready", both_ready, release, WAIT_SECONDS)
+    report(
+        "chart on real node: Java and TypeScript bundles applied to Ready "
+        f"{time.monotonic() - started:.1f}s"
+    )
+    assert bindings(release.db_url, "orders-java") == {(DAG, "transform"): "transform.jar"}
+    assert bindings(release.db_url, "orders-typescript") == {(DAG, "publish"): "publish.min.mjs"}
+    for language in ("java", "typescript"):
+        (job,) = probe_jobs(release, f"orders-{language}")
+        pods = release.get("pods", "-l", f"job-name={job}")["items"]
+        assert pods, f"the probe Job {job} left no pod"
+        spec = pods[0]["spec"]
+        assert spec["nodeName"] == NODE
+        assert spec.get("automountServiceAccountToken") is False
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        (probe,) = [c for c in spec["containers"] if c["image"].startswith(LOCAL_IMAGES[language])]
+        assert probe["imagePullPolicy"] == "Never"
+        assert probe["resources"]["limits"]["memory"], probe["resources"]
+        for c in spec["containers"] + spec.get("initContainers", []):
+            assert c["securityContext"]["readOnlyRootFilesystem"] is True
+            assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+        status = pods[0]["status"]
+        exits = [
+            s["state"]["terminated"]["exitCode"]
+            for s in status.get("containerStatuses", [])
+            if "terminated" in s.get("state", {})
+        ]
+        assert exits and set(exits) == {0}, status
 
 
 def test_probe_over_its_memory_limit_is_reported_out_of_memory(release: Release) -> None:
