@@ -501,3 +501,6 @@ def test_helm_uninstall_leaves_nothing_behind(release: Release) -> None:
     assert left == [kept], left
     annotations = release.get(kept)["metadata"].get("annotations", {})
     assert annotations.get("helm.sh/resource-policy") == "keep"
+    # The leader Lease is the operator's, not the chart's: it stays (docs/install.md, Uninstall).
+    leases = [lease["metadata"]["name"] for lease in release.get("lease")["items"]]
+    assert leases == ["taskhandler-operator"], leases
