@@ -106,7 +106,7 @@ ONE_TIME_COST: Final = (
     "test runtimes, about 1 min; for the real node (as root) its binaries (make node-bins, "
     "which make demo runs), about 16 min, and BuildKit, the base images and the three images, "
     "about 30 min; for the process node its venv, about 1 min. A warm run is ready in about "
-    "1 min (2 min on the real node)."
+    "1 min (1.5 min on the real node)."
 )
 NodeKind = Literal["process", "real"]
 ARTIFACT_PORT: Final = 8090
