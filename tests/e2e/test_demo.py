@@ -6,15 +6,16 @@ binds the three example bundles; the tests assert its stable lines (table rows, 
 the README and docs/demo.md quote as its output appears in the real output. A second run with
 PostgreSQL's binaries pointed elsewhere fails in step 3 and still removes everything.
 
-Which node: the run is on the real node wherever ``real_node_unavailable()`` allows it (the
-demo's default ``--node auto`` picks it), and the test asserts the demo said so. When another
-run's real node holds the machine's lock, the demo is run with ``--node real`` and waits for it
-(``THOP_REAL_NODE_LOCK_WAIT``, printing that it waits) rather than falling back; when this
-session holds the lock itself (``tests/fixtures/realnode.py`` keeps it from its first real-node
-test to the session's end), it lends its hold to the demo (``check.lend_host_lock``: the child
-inherits the lock's open file) after its own node stopped, so the demo neither deadlocks nor
-waits. Elsewhere the test expects the fallback and its reason. The failing run is forced to fall
-back (``NODE_BINS`` pointed at an empty folder) and asserts the demo said so.
+Which node: the run is on the real node wherever ``real_node_unavailable()`` allows it, and the
+test asserts the demo said so. When this session holds the machine's lock itself
+(``tests/fixtures/realnode.py`` keeps it from its first real-node test to the session's end, as
+in a whole run), it lends its hold to the demo (``check.lend_host_lock``: the child inherits the
+lock's open file) after its own node stopped, and the demo runs with its default ``--node
+auto``, which picks the real node: it neither deadlocks nor waits. Otherwise another run may
+hold or take the lock, so the demo runs with ``--node real`` and waits for it
+(``THOP_REAL_NODE_LOCK_WAIT``, printing that it waits) rather than falling back. Elsewhere the
+test expects the fallback and its reason. The failing run is forced to fall back (``NODE_BINS``
+pointed at an empty folder) and asserts the demo said so.
 """
 
 from __future__ import annotations
@@ -115,8 +116,9 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     # not cover two nodes.
     assert all(world.cluster is None for world in realnode_fixtures._worlds)
     env, fds = realnode_check.lend_host_lock()
-    # Lent or free: auto picks the real node. Held by another run: wait for it, never fall back.
-    args = ("--node", "real") if reason is not None else ()
+    # Lent: the default (auto) picks the real node, as nothing can take the lock meanwhile.
+    # Otherwise another run may hold or take it: --node real waits for it, never falls back.
+    args = () if fds else ("--node", "real")
     return run_demo(tmp, *args, node="real", fds=fds, **env)
 
 
