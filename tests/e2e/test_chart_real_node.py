@@ -37,7 +37,6 @@ from taskhandler_devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_devenv.postgres import PostgresServer
 from taskhandler_devenv.realnode_install import (
     ARTIFACT_IP,
-    IMAGE_REVISION,
     POSTGRES_IP,
     SOURCES_IP,
     Exposure,
@@ -69,6 +68,7 @@ OPERATOR_SELECTOR = (
 )
 DAG = "orders_etl"
 STABLE_SECONDS = 60.0
+IMAGE_REVISION = "e2e-real-node"
 WAIT_SECONDS = 240.0
 
 
