@@ -66,8 +66,11 @@ node-venv: system-deps
 	@bash hack/node-venv.sh >/dev/null
 
 # The script itself builds what else it needs (Kubernetes binaries, Airflow side venv, node venv,
-# test runtimes), after stating the one-time cost and with progress shown.
-demo: venv system-deps
+# test runtimes; for the real node BuildKit and the images), after stating the one-time cost and
+# with progress shown. The real node's binaries come first when it may run (as root, unless
+# DEMO_ARGS asks for the process node); the script falls back to the process node without them.
+DEMO_NODE_BINS := $(if $(and $(filter 0,$(shell id -u)),$(if $(findstring process,$(DEMO_ARGS)),,y)),node-bins)
+demo: venv system-deps $(DEMO_NODE_BINS)
 	$(BIN)/python hack/demo.py $(DEMO_ARGS)
 
 lint: venv

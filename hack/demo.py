@@ -1,8 +1,10 @@
 """``make demo``: the operator installed with its Helm chart on a local control plane.
 
 It builds what is missing (stating the one-time cost first), starts the local control plane
-(etcd, kube-apiserver, kube-controller-manager and the process node, which runs pods as host
-processes), a throwaway PostgreSQL with Airflow's schema made by ``airflow db migrate`` and the
+(etcd, kube-apiserver, kube-controller-manager and a node: the real node, a kubelet with
+containerd and runc running the images built from ``images/``, where it can start, else the
+process node, which runs pods as host processes; ``--node`` chooses, and the output says which
+ran and why), a throwaway PostgreSQL with Airflow's schema made by ``airflow db migrate`` and the
 example Dag ``orders_etl`` written by ``airflow dags reserialize``, serves the three example
 bundles (Go, Java and TypeScript test runtimes) from a git server pod (the manifests of
 ``hack/kind/examples/``, which the kind path applies too), installs the chart
@@ -16,8 +18,9 @@ removed at the end, on failure and on Ctrl-C too. The example data and the dev s
 Exit status: 0 ok, 1 when a step failed ("demo FAILED in step ..." with diagnostics), 130 on
 Ctrl-C (or SIGTERM, SIGHUP), also when stdout broke meanwhile (``| tee`` stopped by the same
 Ctrl-C). If it is killed outright, its servers die by a parent-death signal and its guardian
-(``devenv/guardian.py``) stops PostgreSQL and removes the folders. ``--until 2|3`` stops after
-the control plane (and PostgreSQL). See ``docs/demo.md``.
+(``devenv/guardian.py``) stops PostgreSQL and removes the folders; the real node's watchdog
+kills its pods and restores the host (its nftables tables, the demo's forwards included).
+``--until 2|3`` stops after the control plane (and PostgreSQL). See ``docs/demo.md``.
 """
 
 from __future__ import annotations
@@ -39,13 +42,14 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import sqlalchemy as sa
 
 from taskhandler_devenv import console, orders_cluster
 from taskhandler_devenv.chart_install import CHART, HostPorts, process_node_values
 from taskhandler_devenv.guardian import Guardian
+from taskhandler_devenv.images import app_version, build_images
 from taskhandler_devenv.kubecluster.bins import (
     BUILD_SCRIPT,
     REPO_ROOT,
@@ -53,8 +57,14 @@ from taskhandler_devenv.kubecluster.bins import (
     check_bins,
     expected_versions,
 )
-from taskhandler_devenv.kubecluster.control_plane import KubeCluster, start_cluster
+from taskhandler_devenv.kubecluster.control_plane import (
+    ControlPlaneOptions,
+    KubeCluster,
+    start_cluster,
+)
 from taskhandler_devenv.kubecluster.procs import free_port
+from taskhandler_devenv.kubecluster.realnode import check as realnode_check
+from taskhandler_devenv.kubecluster.realnode import real_node_unavailable
 from taskhandler_devenv.orders_example import (
     BUNDLES,
     DAG_ID,
@@ -67,6 +77,15 @@ from taskhandler_devenv.postgres import (
     AirflowCli,
     PostgresServer,
     airflow_venv_path,
+)
+from taskhandler_devenv.realnode_install import (
+    ARTIFACT_IP,
+    IMAGE_REVISION,
+    POSTGRES_IP,
+    Exposure,
+    Forward,
+    pods_may_connect,
+    real_node_values,
 )
 from taskhandler_operator.db.engine import create_sync_engine
 from taskhandler_operator.db.tables import ARTIFACT_TABLE, BINDING_TABLE
@@ -83,9 +102,15 @@ BUNDLE_NAMES: Final = tuple(b.name for b in BUNDLES)
 LAST_STEP: Final = 8
 ONE_TIME_COST: Final = (
     "One-time cost on a fresh machine (cached in $THOP_CACHE afterwards): the Kubernetes "
-    "binaries built from source, about 10 min; the Airflow side venv, about 30 s; the node "
-    "venv, about 1 min; the three test runtimes, about 1 min. A warm run is ready in about 1 min."
+    "binaries built from source, about 10 min; the Airflow side venv, about 30 s; the three "
+    "test runtimes, about 1 min; for the real node (as root) its binaries (make node-bins, "
+    "which make demo runs), about 16 min, and BuildKit, the base images and the three images, "
+    "about 30 min; for the process node its venv, about 1 min. A warm run is ready in about "
+    "1 min (1.5 min on the real node)."
 )
+NodeKind = Literal["process", "real"]
+ARTIFACT_PORT: Final = 8090
+GIT_PORT: Final = 8080  # the server's own port in its pod (hack/kind/examples/git-server.yaml)
 
 
 class StepFailed(Exception):
@@ -150,8 +175,19 @@ def run_streamed(label: str, argv: Sequence[str], env: dict[str, str] | None = N
 
 
 class Demo:
-    def __init__(self, root: Path, guardian: Guardian | None = None) -> None:
+    def __init__(
+        self, root: Path, guardian: Guardian | None = None, node: NodeKind = "process"
+    ) -> None:
         self.root = root
+        # Decided before step 1 (choose_node): which node runs the pods.
+        self.node: NodeKind = node
+        self.locked = False
+        self.images: dict[str, Path] = {}
+        self.exposure: Exposure | None = None
+        # What must be undone on the host before PostgreSQL stops (pg_hba.conf).
+        self.host_changes = contextlib.ExitStack()
+        self.hba_changed = False
+        self.bundle_url = ""
         # Cleans up what a parent-death signal cannot reach if this process dies uncleanly.
         self.guardian = guardian
         self.timings: list[tuple[str, float, str]] = []
@@ -196,7 +232,51 @@ class Demo:
 
     # -- 1
 
-    def build(self) -> None:
+    def choose_node(self, requested: str, lock_wait: float) -> None:
+        """Which node runs, said in one line. The real node's machine-wide lock is taken here and
+        held until the shutdown, so no other run's node starts between the check and ours: with
+        ``auto`` a node of another run means the process node at once; ``real`` waits for it."""
+        if requested == "process":
+            self.node = "process"
+            say("node: process (--node process)")
+            return
+        reason = real_node_unavailable()
+        lock_only = reason is not None and reason.startswith(realnode_check.LOCK_REASON)
+        if reason is None or (requested == "real" and lock_only):
+            wait = lock_wait if requested == "real" else 0.0
+            if reason is not None:
+                say(f"{reason}: waiting up to {wait:g} s for it to end")
+            if realnode_check.acquire_host_lock(wait=wait):
+                self.locked = True
+                reason = real_node_unavailable()  # this process holds the lock now
+            else:
+                reason = f"{realnode_check.LOCK_REASON} (waited {wait:g} s)"
+        if reason is None:
+            self.node = "real"
+            say("node: real (kubelet, containerd and runc; the images built from images/)")
+            return
+        self.release_lock()
+        if requested == "real":
+            raise RuntimeError(f"real node unavailable: {reason}")
+        self.node = "process"
+        say(f"node: process (fallback: {reason})")
+
+    def release_lock(self) -> None:
+        if self.locked:
+            self.locked = False
+            realnode_check.release_host_lock()
+
+    def build_images(self) -> None:
+        """images/Dockerfile's three images for the real node (BuildKit, cached by content)."""
+        run_streamed("hack/build-buildkit.sh", ["bash", str(REPO_ROOT / "hack/build-buildkit.sh")])
+        started = time.monotonic()
+        self.images = build_images(revision=IMAGE_REVISION)
+        say(f"images (cached by content; docs/images.md), {time.monotonic() - started:.1f} s:")
+        for ref in self.images:
+            say(ref, 4)
+
+    def build(self, requested: str = "process", lock_wait: float = 0.0) -> None:
+        self.choose_node(requested, lock_wait)
         try:
             bins = check_bins(expected_versions())
             say(f"Kubernetes binaries: cached in {bins.dir}")
@@ -207,27 +287,40 @@ class Demo:
             say(f"Airflow {AIRFLOW_VERSION} side venv: building in {self.airflow_venv}")
         env = {**os.environ, "AIRFLOW_VERSION": AIRFLOW_VERSION}
         run_streamed("hack/airflow-venv.sh", ["bash", str(VENV_SCRIPT)], env)
-        node_venv = run_streamed(
-            "hack/node-venv.sh", ["bash", str(REPO_ROOT / "hack/node-venv.sh")]
-        )
-        # The process node runs the operator image from it; no second check at cluster start.
-        os.environ["THOP_NODE_VENV_BIN"] = node_venv
-        say(f"node venv (the operator image on the process node): {node_venv}")
+        if self.node == "real":
+            self.build_images()
+        else:
+            node_venv = run_streamed(
+                "hack/node-venv.sh", ["bash", str(REPO_ROOT / "hack/node-venv.sh")]
+            )
+            # The process node runs the operator image from it; no second check at cluster start.
+            os.environ["THOP_NODE_VENV_BIN"] = node_venv
+            say(f"node venv (the operator image on the process node): {node_venv}")
         self.artifacts = orders_cluster.build_artifacts(say)
 
     # -- 2
 
     def start_cluster(self) -> None:
-        self.cluster = start_cluster(check_bins(expected_versions()))
+        options = ControlPlaneOptions(node=self.node)
+        self.cluster = start_cluster(check_bins(expected_versions()), options)
         if self.guardian is not None:
             self.guardian.remove(self.cluster.root)
             for pid in self.cluster.pids:
                 self.guardian.process_group(pid)
         say(
-            "etcd, kube-apiserver, kube-controller-manager and the process node ready in "
+            f"etcd, kube-apiserver, kube-controller-manager and the {self.node} node ready in "
             f"{self.cluster.startup_seconds:.1f} s"
         )
         say(f"kubeconfig: {self.cluster.kubeconfig}")
+        node = self.cluster.real_node
+        if node is not None:
+            started = time.monotonic()
+            for archive in self.images.values():
+                node.import_image(archive)
+            say(
+                f"{len(self.images)} images imported into the node's containerd in "
+                f"{time.monotonic() - started:.1f} s (imagePullPolicy: Never, no registry)"
+            )
 
     # -- 3
 
@@ -258,8 +351,15 @@ class Demo:
         self.git_auth = {"username": orders_cluster.GIT_USER, "password": password}
         secret = orders_cluster.git_secret(password)
         self.kubectl("apply", "-f", "-", input=json.dumps(secret))
-        self.git_port = free_port()
-        server = orders_cluster.on_process_node(orders_cluster.load("git-server"), self.git_port)
+        if self.node == "real":
+            server = orders_cluster.on_real_node(
+                orders_cluster.load("git-server"), self.image_ref("operator")
+            )
+        else:
+            self.git_port = free_port()
+            server = orders_cluster.on_process_node(
+                orders_cluster.load("git-server"), self.git_port
+            )
         self.kubectl("apply", "-f", "-", input=orders_cluster.as_list(server))
         say(f"namespace {NAMESPACE} (Pod Security restricted), Secret git-auth, the git server")
         say("(hack/kind/examples/namespace.yaml and git-server.yaml, as make kind-examples)", 4)
@@ -267,7 +367,15 @@ class Demo:
             "rollout", "status", f"deployment/{orders_cluster.SERVER}", "-n", NAMESPACE,
             "--timeout=120s",
         )  # fmt: skip
-        url = f"http://127.0.0.1:{self.git_port}/{orders_cluster.REPOSITORY}.git"
+        if self.node == "real":
+            # No cluster DNS and no kube-proxy on this node: the pod's own address, which the
+            # host reaches over the node's bridge as the operator pod does.
+            address = self.pod_ip(f"app.kubernetes.io/name={orders_cluster.SERVER}")
+            url = f"http://{address}:{GIT_PORT}/{orders_cluster.REPOSITORY}.git"
+            say(f"the git server pod at {address} (no cluster DNS or kube-proxy on the real node)")
+        else:
+            url = f"http://127.0.0.1:{self.git_port}/{orders_cluster.REPOSITORY}.git"
+        self.bundle_url = url
         files = orders_cluster.bundle_files(self.artifacts)
         commit = orders_cluster.push_bundles(
             url, orders_cluster.GIT_USER, password, files, self.root
@@ -285,19 +393,57 @@ class Demo:
             engine.dispose()
         say(f"Airflow's dag_bundle rows at version {commit[:12]}: " + ", ".join(BUNDLE_NAMES))
 
+    def image_ref(self, target: str) -> str:
+        return next(ref for ref in self.images if f"/taskhandler-{target}:" in ref)
+
+    def pod_ip(self, selector: str) -> str:
+        pods = json.loads(
+            self.kubectl("get", "pods", "-n", NAMESPACE, "-l", selector, "-o", "json")
+        )
+        running = [
+            p for p in pods["items"]
+            if not p["metadata"].get("deletionTimestamp") and p["status"].get("podIP")
+        ]  # fmt: skip
+        if len(running) != 1:
+            raise RuntimeError(f"{len(running)} running pods match {selector}, not 1")
+        return str(running[0]["status"]["podIP"])
+
     # -- 5
 
+    def expose_database(self) -> str:
+        """PostgreSQL (loopback only) for the real node's pods: a fixed virtual address DNATed
+        to it, and pg_hba.conf letting the pod subnet in; both undone at the shutdown."""
+        assert self.postgres is not None
+        self.exposure = Exposure()
+        self.host_changes.enter_context(pods_may_connect(self.postgres))
+        self.hba_changed = True
+        self.exposure.add(Forward(POSTGRES_IP, 5432, "127.0.0.1", self.postgres.port))
+        say(
+            f"PostgreSQL for the pods at {POSTGRES_IP}:5432 (nftables DNAT to 127.0.0.1:"
+            f"{self.postgres.port}; pg_hba.conf lets the pod subnet in until the shutdown)"
+        )
+        host = f"@{self.postgres.host}:{self.postgres.port}/"
+        return self.url.replace(host, f"@{POSTGRES_IP}:5432/")
+
     def install_chart(self) -> None:
+        pod_url = self.expose_database() if self.node == "real" else self.url
         secret = {
             "apiVersion": "v1",
             "kind": "Secret",
             "metadata": {"name": DB_SECRET, "namespace": NAMESPACE},
-            "stringData": {"url": self.url},
+            "stringData": {"url": pod_url},
         }
         self.kubectl("apply", "-f", "-", input=json.dumps(secret))
         say(f"Secret airflow-db in {NAMESPACE}")
-        ports = HostPorts(free_port(), free_port(), free_port())
-        values = process_node_values(ports, database_secret=DB_SECRET)
+        if self.node == "real":
+            values = real_node_values(
+                app_version(),
+                database_secret=DB_SECRET,
+                artifact_url=f"http://{ARTIFACT_IP}:{ARTIFACT_PORT}",
+            )
+        else:
+            ports = HostPorts(free_port(), free_port(), free_port())
+            values = process_node_values(ports, database_secret=DB_SECRET)
         argv = ["install", RELEASE, str(CHART), "-n", NAMESPACE, *values, "--wait", "--timeout=5m"]
         say(f"$ helm install {RELEASE} charts/taskhandler-operator -n {NAMESPACE} --wait …")
         started = time.monotonic()
@@ -306,6 +452,14 @@ class Demo:
         if done.returncode != 0:
             raise RuntimeError(f"helm install failed: {done.stderr.strip()}")
         say(f"installed in {time.monotonic() - started:.1f} s")
+        if self.node == "real" and self.exposure is not None:
+            # The probe pods download artifacts from the operator pod: no Service proxy here.
+            address = self.pod_ip("app.kubernetes.io/component=operator")
+            self.exposure.add(Forward(ARTIFACT_IP, ARTIFACT_PORT, address, ARTIFACT_PORT))
+            say(
+                f"the operator's artifact server for the probe pods at {ARTIFACT_IP}:"
+                f"{ARTIFACT_PORT} (nftables DNAT to the operator pod, {address})"
+            )
         engine = create_sync_engine(self.url)
         try:
             with engine.connect() as conn:
@@ -323,8 +477,14 @@ class Demo:
     # -- 6
 
     def apply_bundles(self) -> None:
-        """hack/kind/examples/bundles.yaml, fetching from the git server's loopback port."""
-        bundles = orders_cluster.on_process_node(orders_cluster.load("bundles"), self.git_port)
+        """hack/kind/examples/bundles.yaml, fetching from the git server's loopback port (the
+        process node) or its pod's address (the real node)."""
+        if self.node == "real":
+            bundles = orders_cluster.on_real_node(
+                orders_cluster.load("bundles"), self.image_ref("operator"), self.bundle_url
+            )
+        else:
+            bundles = orders_cluster.on_process_node(orders_cluster.load("bundles"), self.git_port)
         say_block(self.kubectl("apply", "-f", "-", input=orders_cluster.as_list(bundles)), 0)
 
     def wait_ready(self) -> None:
@@ -457,9 +617,16 @@ class Demo:
                     "uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout=1m"
                 ),
             )
+        if self.exposure is not None:
+            attempt("remove the nftables forwards to the host's servers", self.exposure.close)
+            self.exposure = None
+        if self.hba_changed:
+            self.hba_changed = False
+            attempt("put PostgreSQL's pg_hba.conf back", self.host_changes.close)
         if self.cluster is not None:
             cluster, self.cluster = self.cluster, None
-            attempt("stop the control plane and the process node", cluster.stop)
+            attempt(f"stop the control plane and the {self.node} node", cluster.stop)
+        self.release_lock()
         if self.postgres is not None:
             postgres, self.postgres = self.postgres, None
             attempt("stop PostgreSQL", postgres.stop)
@@ -475,10 +642,12 @@ def hold(once: bool) -> None:
             time.sleep(3600)
 
 
-def run_demo(demo: Demo, once: bool, until: int = LAST_STEP) -> None:
+def run_demo(
+    demo: Demo, once: bool, until: int = LAST_STEP, node: str = "auto", lock_wait: float = 0.0
+) -> None:
     with demo.step("1. Build what is missing (one-time, then cached)"):
-        demo.build()
-    with demo.step("2. Start the local control plane with the process node"):
+        demo.build(node, lock_wait)
+    with demo.step(f"2. Start the local control plane with the {demo.node} node"):
         demo.start_cluster()
     if until == 2:
         hold(once)
@@ -525,7 +694,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="stop after this step: 2 the control plane, 3 also PostgreSQL (for the shutdown "
         "tests); then wait for Ctrl-C as after the last step",
     )
+    parser.add_argument(
+        "--node",
+        choices=("auto", "real", "process"),
+        default="auto",
+        help="auto (the default): the real node where it can start, else the process node, "
+        "saying why; real: fail when it cannot start (waiting up to THOP_REAL_NODE_LOCK_WAIT s, "
+        "default 900, for another run's real node); process: the process node",
+    )
     args = parser.parse_args(argv)
+    lock_wait = float(os.environ.get("THOP_REAL_NODE_LOCK_WAIT", "900"))
     # Explicitly: a shell starting the demo in the background leaves SIGINT ignored.
     for sig in STOP_SIGNALS:
         signal.signal(sig, interrupt)
@@ -540,7 +718,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     failure: StepFailed | None = None
     interrupted = ""
     try:
-        run_demo(demo, args.once, args.until)
+        run_demo(demo, args.once, args.until, args.node, lock_wait)
     except StepFailed as exc:
         failure = exc
         say()

@@ -16,7 +16,8 @@ crash in its shutdown), two mechanisms keep its servers from outliving it:
   however it ended (the kernel closes a dead process's descriptors): the guardian then stops
   each registered postmaster (SIGQUIT, PostgreSQL's immediate shutdown, then SIGKILL), kills
   each registered process group whose leader is still the registered process, and removes each
-  registered folder, the latest registered first.
+  registered folder, the latest registered first, retrying for a while what a mount still
+  holds (the real node's watchdog unmounts its pods' file systems meanwhile).
 
 Stdlib only; run as ``python -I guardian.py`` (:class:`Guardian` starts it).
 """
@@ -38,6 +39,7 @@ from taskhandler_devenv.kubecluster.procs import start_ticks
 
 RELEASE = "release"
 POSTMASTER_GRACE = 10.0
+REMOVE_PATIENCE = 60.0
 
 
 class Guardian:
@@ -124,9 +126,22 @@ def clean_up(items: list[dict[str, Any]]) -> None:
         if "group" in item and start_ticks(int(item["group"])) == item.get("ticks"):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(int(item["group"]), signal.SIGKILL)
-    for item in reversed(items):
-        if "remove" in item:
-            shutil.rmtree(item["remove"], ignore_errors=True)
+    remove_folders([item["remove"] for item in reversed(items) if "remove" in item])
+
+
+def remove_folders(folders: list[str], patience: float = REMOVE_PATIENCE) -> list[str]:
+    """Remove each folder, again every half second while one stays (up to ``patience`` s);
+    returns those left. A real node's watchdog, woken by the same death, may still be killing
+    pods and unmounting their file systems under the control plane's folder: a mount point
+    cannot be removed until then (without the retry an empty folder stayed behind)."""
+    deadline = time.monotonic() + patience
+    while True:
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
+        folders = [folder for folder in folders if os.path.lexists(folder)]
+        if not folders or time.monotonic() >= deadline:
+            return folders
+        time.sleep(0.5)
 
 
 def main() -> int:

@@ -7,7 +7,9 @@ its repository pushed to through the Service) and ``bundles.yaml`` (the three
 TaskHandlerBundles reading it with the Secret ``git-auth``). One file set for both, so the
 demo's end-to-end test proves what a kind user applies. The process node has no cluster DNS
 and no Service proxy (its pods share the host's network), so for it :func:`on_process_node`
-changes exactly the server's listen address and port and the bundles' URL; nothing else.
+changes exactly the server's listen address and port and the bundles' URL; nothing else. The
+real node has neither either: :func:`on_real_node` changes exactly the server's image (the
+locally built one, never pulled) and the bundles' URL (the server pod's address).
 
 Also here, shared by both paths: the Dag's seeding (:func:`seed_orders_dag`: ``airflow db
 migrate``, ``airflow dags reserialize`` of ``orders_etl``, the stub fields) and the push of the
@@ -102,6 +104,25 @@ def on_process_node(objects: Sequence[Obj], port: int) -> list[Obj]:
             git["url"] = git["url"].replace(
                 SERVICE_URL, f"http://127.0.0.1:{port}/{REPOSITORY}.git"
             )
+        out.append(obj)
+    return out
+
+
+def on_real_node(objects: Sequence[Obj], image: str, server_url: str | None = None) -> list[Obj]:
+    """The same objects for the demo's real node: the server runs the locally built operator
+    ``image`` (``imagePullPolicy: Never``, there is no registry) and, as that node has neither
+    cluster DNS nor kube-proxy, the bundles fetch from ``server_url`` (the server pod's own
+    address) when given."""
+    out = []
+    for original in objects:
+        obj = copy.deepcopy(original)
+        if obj["kind"] == "Deployment" and obj["metadata"]["name"] == SERVER:
+            (container,) = obj["spec"]["template"]["spec"]["containers"]
+            container["image"] = image
+            container["imagePullPolicy"] = "Never"
+        elif obj["kind"] == names.KIND and server_url is not None:
+            git = obj["spec"]["source"]["git"]
+            git["url"] = git["url"].replace(SERVICE_URL, server_url)
         out.append(obj)
     return out
 

@@ -5,6 +5,17 @@ binds the three example bundles; the tests assert its stable lines (table rows, 
 "try it" commands, the shutdown), never timings, ports or temporary paths, and that every line
 the README and docs/demo.md quote as its output appears in the real output. A second run with
 PostgreSQL's binaries pointed elsewhere fails in step 3 and still removes everything.
+
+Which node: the run is on the real node wherever ``real_node_unavailable()`` allows it, and the
+test asserts the demo said so. When this session holds the machine's lock itself
+(``tests/fixtures/realnode.py`` keeps it from its first real-node test to the session's end, as
+in a whole run), it lends its hold to the demo (``check.lend_host_lock``: the child inherits the
+lock's open file) after its own node stopped, and the demo runs with its default ``--node
+auto``, which picks the real node: it neither deadlocks nor waits. Otherwise another run may
+hold or take the lock, so the demo runs with ``--node real`` and waits for it
+(``THOP_REAL_NODE_LOCK_WAIT``, printing that it waits) rather than falling back. Elsewhere the
+test expects the fallback and its reason. The failing run is forced to fall back (``NODE_BINS``
+pointed at an empty folder) and asserts the demo said so.
 """
 
 from __future__ import annotations
@@ -18,6 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from taskhandler_devenv.kubecluster.realnode import check as realnode_check
+from taskhandler_devenv.kubecluster.realnode import real_node_unavailable
+from tests.fixtures import realnode as realnode_fixtures
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO = REPO_ROOT / "hack" / "demo.py"
@@ -52,6 +67,7 @@ class DemoRun:
     returncode: int
     out: str
     tmp: Path
+    node: str = "process"
 
     def section(self, number: str) -> str:
         """The output of step ``number``, from its ``=== N.`` heading to the next one."""
@@ -60,12 +76,14 @@ class DemoRun:
         return match.group(0)
 
 
-def run_demo(tmp_path: Path, **env: str) -> DemoRun:
+def run_demo(
+    tmp_path: Path, *args: str, node: str = "process", fds: tuple[int, ...] = (), **env: str
+) -> DemoRun:
     missing = [tool for tool in TOOLCHAINS if shutil.which(tool) is None]
     if missing:
         pytest.skip(f"{', '.join(missing)} not on PATH; the demo builds runtimes with them")
     proc = subprocess.run(
-        [sys.executable, str(DEMO), "--once"],
+        [sys.executable, str(DEMO), "--once", *args],
         cwd=REPO_ROOT,
         # TMPDIR: the demo's work folder lands in tmp_path, so a leftover would be seen.
         env={**os.environ, "TMPDIR": str(tmp_path), **env},
@@ -75,13 +93,33 @@ def run_demo(tmp_path: Path, **env: str) -> DemoRun:
         timeout=DEMO_TIMEOUT,
         stdin=subprocess.DEVNULL,
         check=False,
+        pass_fds=fds,
     )
-    return DemoRun(proc.returncode, proc.stdout, tmp_path)
+    return DemoRun(proc.returncode, proc.stdout, tmp_path, node)
+
+
+def machine_runs_real_node() -> bool:
+    """The real node can start here, maybe once another run's node (holding the lock) ended."""
+    reason = real_node_unavailable()
+    return reason is None or reason.startswith(realnode_check.LOCK_REASON)
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
-    return run_demo(tmp_path_factory.mktemp("demo"))
+    tmp = tmp_path_factory.mktemp("demo")
+    reason = real_node_unavailable()
+    if not machine_runs_real_node():
+        run = run_demo(tmp)
+        assert f"node: process (fallback: {reason})" in run.out.splitlines(), run.out[:3000]
+        return run
+    # This session's own real node (if any) was stopped after its last test; a lent lock must
+    # not cover two nodes.
+    assert all(world.cluster is None for world in realnode_fixtures._worlds)
+    env, fds = realnode_check.lend_host_lock()
+    # Lent: the default (auto) picks the real node, as nothing can take the lock meanwhile.
+    # Otherwise another run may hold or take it: --node real waits for it, never falls back.
+    args = () if fds else ("--node", "real")
+    return run_demo(tmp, *args, node="real", fds=fds, **env)
 
 
 def quoted_lines(markdown: Path) -> list[str]:
@@ -119,6 +157,28 @@ def test_the_demo_installs_the_chart_and_binds_three_bundles(demo: DemoRun) -> N
     assert demo.returncode == 0, demo.out[-6000:]
     # The one-time cost is stated before anything is built.
     assert 0 <= demo.out.find("One-time cost on a fresh machine") < demo.out.index("=== 1. ")
+
+    # 1-2: which node ran, said before the build and in step 2's title.
+    build = demo.section("1")
+    if demo.node == "real":
+        assert "node: real (kubelet, containerd and runc; the images built from images/)" in build
+        assert "localhost/taskhandler-operator:" in build  # the images, built or cached
+        assert re.search(
+            r"^3 images imported into the node's containerd in \d+\.\d s", demo.section("2"), re.M
+        ), demo.section("2")
+        assert re.search(
+            r"^the git server pod at [0-9.]+ \(no cluster DNS", demo.section("4"), re.M
+        )
+    else:
+        assert re.search(r"^node: process \((fallback: .+|--node process)\)$", build, re.M), build
+    assert re.search(
+        rf"^=== 2\. Start the local control plane with the {demo.node} node =+$", demo.out, re.M
+    )
+    assert re.search(
+        rf"^etcd, kube-apiserver, kube-controller-manager and the {demo.node} node ready in ",
+        demo.section("2"),
+        re.M,
+    )
 
     # 4: the bundles are served by the git server pod of the very manifests the kind path
     # applies (hack/kind/examples/), and pushed to it.
@@ -196,7 +256,7 @@ def test_the_demo_installs_the_chart_and_binds_three_bundles(demo: DemoRun) -> N
     shutdown = demo.section("9")
     for line in (
         "helm uninstall thop: done",
-        "stop the control plane and the process node: done",
+        f"stop the control plane and the {demo.node} node: done",
         "stop PostgreSQL: done",
         "$DEMO removed: yes",
     ):
@@ -222,9 +282,23 @@ def test_the_quoted_output_is_what_the_demo_prints(demo: DemoRun, document: str)
 
 def test_a_failing_step_is_named_and_everything_is_removed(tmp_path: Path) -> None:
     no_postgres = tmp_path / "no-postgres"
-    run = run_demo(tmp_path, THOP_PG_BIN=str(no_postgres))
+    # Forced to fall back: the real node's binaries are not where the check looks.
+    no_node_bins = tmp_path / "no-node-bins"
+    no_node_bins.mkdir()
+    run = run_demo(tmp_path, THOP_PG_BIN=str(no_postgres), NODE_BINS=str(no_node_bins))
     assert run.returncode == 1, run.out[-4000:]
     lines = run.out.splitlines()
+    fallback = [line for line in lines if line.startswith("node: ")]
+    assert len(fallback) == 1 and fallback[0].startswith("node: process (fallback: "), fallback
+    if machine_runs_real_node():
+        assert fallback == [
+            f"node: process (fallback: node binaries not built in {no_node_bins}: "
+            "run `make node-bins`)"
+        ]
+    assert any(
+        re.match(r"=== 2\. Start the local control plane with the process node =+$", line)
+        for line in lines
+    )
     assert "demo FAILED in step 3. PostgreSQL with Airflow's schema and the Dag orders_etl" in lines
     assert (
         "  PostgresBinariesMissing: PostgreSQL server binaries not found: "

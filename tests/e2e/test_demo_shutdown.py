@@ -1,9 +1,9 @@
 """``make demo`` leaves nothing behind however it is stopped (issue 22, item 11).
 
-Each test runs ``hack/demo.py --until 3`` (the control plane with its process node, and
-PostgreSQL with Airflow's schema; then it waits as after its last step) exactly as a person
-does, ``python hack/demo.py 2>&1 | tee demo.log``, in a process group of its own, and stops it
-once the servers are up:
+Each test runs ``hack/demo.py --until 3 --node process`` (the control plane with its process
+node, and PostgreSQL with Airflow's schema; then it waits as after its last step) exactly as a
+person does, ``python hack/demo.py 2>&1 | tee demo.log``, in a process group of its own, and
+stops it once the servers are up:
 
 * Ctrl-C: SIGINT to the whole group, as a terminal sends it, so ``tee`` dies too and every
   later write to stdout fails with EPIPE. The shutdown must finish anyway: exit status 130, no
@@ -118,7 +118,9 @@ def piped_demo(tmp_path: Path) -> Iterator[PipedDemo]:
     if missing:
         pytest.skip(f"{', '.join(missing)} not on PATH; the demo builds runtimes with them")
     log, status = tmp_path / "demo.log", tmp_path / "status"
-    demo = f"{shlex.quote(sys.executable)} {shlex.quote(str(DEMO))} --until 3"
+    # The process node: these test the guardian's path. The real node's own (its watchdog,
+    # after a SIGKILL) is tests/integration/realnode/test_host_restored.py.
+    demo = f"{shlex.quote(sys.executable)} {shlex.quote(str(DEMO))} --until 3 --node process"
     # The braces' subshell writes the demo's own exit status (tee's is the pipeline's).
     script = (
         f"{{ {demo}; echo $? > {shlex.quote(str(status))}; }} 2>&1 | tee {shlex.quote(str(log))}"

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -74,3 +75,32 @@ def test_a_released_guardian_does_nothing(tmp_path: Path) -> None:
         assert (tmp_path / "work" / "data").exists()
     finally:
         os.killpg(server, signal.SIGKILL)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_a_folder_held_by_a_mount_is_removed_once_unmounted(tmp_path: Path) -> None:
+    # As under a real node's folder when the demo is killed: its watchdog unmounts the pods'
+    # file systems while the guardian removes the control plane's folder.
+    from taskhandler_devenv.guardian import remove_folders
+
+    folder = tmp_path / "thop-kube-x"
+    mount = folder / "realnode" / "pod-volume"
+    mount.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(mount)], check=True)
+    unmount = threading.Timer(1.5, subprocess.run, (["umount", str(mount)],), {"check": True})
+    unmount.start()
+    try:
+        started = time.monotonic()
+        assert remove_folders([str(folder)], patience=30.0) == []
+        assert time.monotonic() - started >= 1.0  # it waited for the unmount
+        assert not folder.exists()
+    finally:
+        unmount.join()
+        subprocess.run(["umount", str(mount)], check=False, capture_output=True)
+    # Patience runs out: the folder is reported, not waited for forever.
+    mount.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(mount)], check=True)
+    try:
+        assert remove_folders([str(folder)], patience=0.5) == [str(folder)]
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)

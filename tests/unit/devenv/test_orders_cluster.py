@@ -2,11 +2,12 @@
 
 The bundles are the example's (``orders_example.BUNDLES``) and valid; the git server runs the
 image the chart's defaults name; the demo's process-node copy differs in the server's address
-and the bundles' URL only.
+and the bundles' URL only, its real-node copy in the server's image and the bundles' URL.
 """
 
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ from taskhandler_operator.kube.spec import TaskHandlerBundleSpec
 
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "taskhandler-operator"
+IMAGE = "localhost/taskhandler-operator:9.9.9"
+POD_URL = "http://10.244.0.7:8080/orders-bundles.git"
 
 
 def leaves(obj: Any, path: str = "") -> dict[str, Any]:
@@ -103,3 +106,24 @@ def test_the_process_node_copy_changes_the_address_only() -> None:
         },
     }
     assert all(leaves(o).keys() == leaves(m).keys() for o, m in zip(objects, moved, strict=True))
+
+
+def test_the_real_nodes_server_runs_the_local_image_and_nothing_else_changes() -> None:
+    objects = orders_cluster.load("git-server")
+    moved = orders_cluster.on_real_node(objects, IMAGE)
+    expected = copy.deepcopy(objects)
+    (container,) = expected[1]["spec"]["template"]["spec"]["containers"]
+    assert container["image"] != IMAGE
+    container.update(image=IMAGE, imagePullPolicy="Never")
+    assert moved == expected
+    assert objects == orders_cluster.load("git-server")  # the input is left alone
+
+
+def test_the_real_nodes_bundles_fetch_from_the_server_pod_when_given() -> None:
+    objects = orders_cluster.load("bundles")
+    assert orders_cluster.on_real_node(objects, IMAGE) == objects
+    moved = orders_cluster.on_real_node(objects, IMAGE, POD_URL)
+    assert [b["spec"]["source"]["git"]["url"] for b in moved] == [POD_URL] * 3
+    for before, after in zip(objects, moved, strict=True):
+        after["spec"]["source"]["git"]["url"] = before["spec"]["source"]["git"]["url"]
+        assert after == before

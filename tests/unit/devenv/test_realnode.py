@@ -8,6 +8,7 @@ import gzip
 import hashlib
 import io
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -205,6 +206,52 @@ def test_the_host_lock_is_reentrant_within_a_process(
         assert not _other_process_can_lock(lock)
         check.release_host_lock()
         assert not _other_process_can_lock(lock)  # the session still holds it
+    finally:
+        check.release_host_lock()
+    assert _other_process_can_lock(lock)
+
+
+def _child_takes_lock(lock: Path, env: dict[str, str], fds: tuple[int, ...]) -> str:
+    """A child process asks check.acquire_host_lock (no wait) and check._lock_holder."""
+    probe = (
+        "import sys\nfrom pathlib import Path\n"
+        "from taskhandler_devenv.kubecluster.realnode import check\n"
+        "check.HOST_LOCK = Path(sys.argv[1])\n"
+        "print(check._lock_holder() is None, check.acquire_host_lock())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != check.LOCK_FD_ENV} | env
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(lock)],
+        env=env, pass_fds=fds, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return done.stdout.strip()
+
+
+def test_a_held_host_lock_is_lent_to_a_child_and_to_no_one_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The demo test runs hack/demo.py while its session holds the lock: lent, the child takes
+    # it at once; not lent, the child finds another holder (and would wait or fall back).
+    lock = tmp_path / "realnode.lock"
+    monkeypatch.setattr(check, "HOST_LOCK", lock)
+    monkeypatch.setattr(check._HostLock, "fd", None)
+    monkeypatch.setattr(check._HostLock, "depth", 0)
+    assert check.lend_host_lock() == ({}, ())  # nothing held, nothing lent
+    assert check.acquire_host_lock()
+    try:
+        env, fds = check.lend_host_lock()
+        assert env == {check.LOCK_FD_ENV: str(fds[0])}
+        assert _child_takes_lock(lock, env, fds) == "True True"
+        assert _child_takes_lock(lock, {}, ()) == "False False"
+        # A number that is not the lock's open file lends nothing.
+        other = os.open(tmp_path / "other", os.O_RDWR | os.O_CREAT)
+        try:
+            assert _child_takes_lock(lock, {check.LOCK_FD_ENV: str(other)}, (other,)) == (
+                "False False"
+            )
+        finally:
+            os.close(other)
+        assert not _other_process_can_lock(lock)  # the child's exit released nothing
     finally:
         check.release_host_lock()
     assert _other_process_can_lock(lock)

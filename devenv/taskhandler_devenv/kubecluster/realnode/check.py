@@ -112,7 +112,8 @@ def acquire_host_lock(wait: float = 0.0) -> bool:
     if _HostLock.depth:
         _HostLock.depth += 1
         return True
-    fd = os.open(HOST_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    lent = _lent_fd()
+    fd = os.dup(lent) if lent is not None else os.open(HOST_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     deadline = time.monotonic() + wait
     while True:
         try:
@@ -125,6 +126,31 @@ def acquire_host_lock(wait: float = 0.0) -> bool:
             continue
         _HostLock.fd, _HostLock.depth = fd, 1
         return True
+
+
+# A process holding the lock lends it to a child it waits for (the demo test runs
+# hack/demo.py while its session holds the lock): the child inherits the lock's open file, whose
+# flock is the parent's, and finds its number here. A second open would block on that flock.
+LOCK_FD_ENV = "THOP_REAL_NODE_LOCK_FD"
+
+
+def _lent_fd() -> int | None:
+    value = os.environ.get(LOCK_FD_ENV, "")
+    if not value.isdigit():
+        return None
+    try:
+        held, lock = os.fstat(int(value)), HOST_LOCK.stat()
+    except OSError:
+        return None
+    return int(value) if (held.st_dev, held.st_ino) == (lock.st_dev, lock.st_ino) else None
+
+
+def lend_host_lock() -> tuple[dict[str, str], tuple[int, ...]]:
+    """The environment and ``pass_fds`` that lend this process's hold of the lock to a child
+    (empty when it holds none). The caller must not use a node of its own meanwhile."""
+    if _HostLock.fd is None:
+        return {}, ()
+    return {LOCK_FD_ENV: str(_HostLock.fd)}, (_HostLock.fd,)
 
 
 def release_host_lock() -> None:
