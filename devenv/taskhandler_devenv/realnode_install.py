@@ -27,8 +27,7 @@ POSTGRES_IP: Final = "198.18.0.1"
 SOURCES_IP: Final = "198.18.0.2"
 ARTIFACT_IP: Final = "198.18.0.3"
 # The images' revision label: fixed, so a commit that changes no image input does not rebuild
-# them, and one cached build serves the chart e2e (its IMAGE_REVISION, the same value) and
-# ``make demo`` alike.
+# them, and one cached build serves the chart e2e and ``make demo`` alike.
 IMAGE_REVISION: Final = "e2e-real-node"
 LOCAL_IMAGES: Final = {
     "operator": "localhost/taskhandler-operator",

@@ -38,6 +38,7 @@ from taskhandler_devenv.kubecluster.control_plane import KubeCluster
 from taskhandler_devenv.postgres import PostgresServer
 from taskhandler_devenv.realnode_install import (
     ARTIFACT_IP,
+    IMAGE_REVISION,
     LOCAL_IMAGES,
     POSTGRES_IP,
     SOURCES_IP,
@@ -70,7 +71,6 @@ OPERATOR_SELECTOR = (
 )
 DAG = "orders_etl"
 STABLE_SECONDS = 60.0
-IMAGE_REVISION = "e2e-real-node"
 WAIT_SECONDS = 240.0
 
 
