@@ -190,15 +190,19 @@ def _other_process_can_lock(path: Path) -> bool:
     return subprocess.run([sys.executable, "-c", probe, str(path)], check=False).returncode == 0
 
 
-def test_the_host_lock_is_reentrant_within_a_process(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def own_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A lock file of the test's own, and this process's hold of it empty: in a whole run the
+    session's real-node fixture may hold the machine's lock already (restored after the test)."""
     lock = tmp_path / "realnode.lock"
     monkeypatch.setattr(check, "HOST_LOCK", lock)
-    # This process's own hold starts empty: in a whole run the session's real-node fixture may
-    # hold the machine's lock already (restored after the test).
     monkeypatch.setattr(check._HostLock, "fd", None)
     monkeypatch.setattr(check._HostLock, "depth", 0)
+    return lock
+
+
+def test_the_host_lock_is_reentrant_within_a_process(own_lock: Path) -> None:
+    lock = own_lock
     assert check.acquire_host_lock()
     try:
         assert check._lock_holder() is None  # held by us: no reason to fall back
@@ -227,15 +231,10 @@ def _child_takes_lock(lock: Path, env: dict[str, str], fds: tuple[int, ...]) -> 
     return done.stdout.strip()
 
 
-def test_a_held_host_lock_is_lent_to_a_child_and_to_no_one_else(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_held_host_lock_is_lent_to_a_child_and_to_no_one_else(own_lock: Path) -> None:
     # The demo test runs hack/demo.py while its session holds the lock: lent, the child takes
     # it at once; not lent, the child finds another holder (and would wait or fall back).
-    lock = tmp_path / "realnode.lock"
-    monkeypatch.setattr(check, "HOST_LOCK", lock)
-    monkeypatch.setattr(check._HostLock, "fd", None)
-    monkeypatch.setattr(check._HostLock, "depth", 0)
+    lock = own_lock
     assert check.lend_host_lock() == ({}, ())  # nothing held, nothing lent
     assert check.acquire_host_lock()
     try:
@@ -244,7 +243,7 @@ def test_a_held_host_lock_is_lent_to_a_child_and_to_no_one_else(
         assert _child_takes_lock(lock, env, fds) == "True True"
         assert _child_takes_lock(lock, {}, ()) == "False False"
         # A number that is not the lock's open file lends nothing.
-        other = os.open(tmp_path / "other", os.O_RDWR | os.O_CREAT)
+        other = os.open(lock.parent / "other", os.O_RDWR | os.O_CREAT)
         try:
             assert _child_takes_lock(lock, {check.LOCK_FD_ENV: str(other)}, (other,)) == (
                 "False False"
