@@ -362,6 +362,7 @@ class RevisionStore:
             doomed = await asyncio.to_thread(_trash_of, base.parent, bundle)
         for path in doomed:
             if not await _remove_for_good(path):
+                log.info("%s is still being written; removing it in the background", path)
                 self._remove_later(path)
         self._locks.pop((namespace, bundle), None)
         if mirror is not None:
@@ -447,7 +448,7 @@ async def _remove_for_good(path: Path) -> bool:
             return True
         if attempt + 1 < TRASH_ATTEMPTS:
             await asyncio.sleep(TRASH_PAUSE)
-    log.info("%s is still being written (%s); removing it in the background", path, problem)
+    log.debug("%s is still being written (%s)", path, problem)
     return False
 
 
