@@ -198,3 +198,28 @@ async def test_a_recent_inventory_is_reused_and_the_change_it_missed_wakes_the_b
     await BundleStore(poller, other).stub_inventory()
     assert poller.polls == 2 and poller.store.inventory.dags is not seen
     assert wakeups.get(*key).collect() == ("stub inventory changed",)
+
+
+async def test_a_change_found_after_the_plan_wakes_the_bundle_that_found_it(
+    pg_url: str, engine: AsyncEngine
+) -> None:
+    # A pass plans with the inventory it read first and validates with a fresh one. A stub Dag
+    # added in between was in no probe's dag_ids, so this bundle needs another pass even though
+    # its own refresh found the change (CI once saw such a Dag never bound).
+    wakeups = Wakeups()
+    poller = InventoryPoller(DatabaseStore(engine), wakeups)
+    key = (OWNER.namespace, OWNER.name)
+    poller.serve(key, frozenset(SPEC.queues))
+    wakeup = wakeups.get(*key)
+    ours = BundleStore(poller, key)
+
+    await ours.recent_stub_inventory()  # the plan's read
+    assert wakeup.collect() == ()
+    seed_dag(pg_url, ("extract",))  # Airflow changes the Dag while the pass probes
+    await ours.stub_inventory()  # the validate step's refresh
+    assert wakeup.collect() == ("stub inventory changed",)
+
+    # Nothing new: no wake-up, from either read.
+    await ours.stub_inventory()
+    assert await ours.recent_stub_inventory() is poller.store.inventory.dags
+    assert wakeup.collect() == ()
