@@ -9,12 +9,12 @@ with the CrashLoopBackOff delay, and readiness drives the container's ``ready`` 
 
 from __future__ import annotations
 
-import socket
 from typing import Any, cast
 
 import pytest
 from kubernetes import client as k8s_client
 
+from taskhandler_devenv.kubecluster.procs import free_port
 from taskhandler_devenv.kubecluster.waits import wait_for
 
 pytestmark = pytest.mark.kube
@@ -61,17 +61,11 @@ def pods(kube_api: k8s_client.ApiClient, kube_namespace: str) -> Pods:
     return Pods(kube_api, kube_namespace)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 SLEEPER = ["sh", "-c", "exec sleep 3600"]
 
 
 def test_failing_liveness_probe_restarts_the_container_with_back_off(pods: Pods) -> None:
-    nobody = _free_port()
+    nobody = free_port()
     container = {
         "name": "c",
         "image": "busybox",
@@ -139,7 +133,7 @@ def test_readiness_probe_makes_the_pod_ready_only_once_it_passes(pods: Pods) -> 
 
 
 def test_http_readiness_probe_on_a_named_port(pods: Pods) -> None:
-    port = _free_port()
+    port = free_port()
     container = {
         "name": "web",
         "image": "python:3",
