@@ -102,11 +102,11 @@ BUNDLE_NAMES: Final = tuple(b.name for b in BUNDLES)
 LAST_STEP: Final = 8
 ONE_TIME_COST: Final = (
     "One-time cost on a fresh machine (cached in $THOP_CACHE afterwards): the Kubernetes "
-    "binaries built from source, 10 to 45 min (an idle or a busy machine); the Airflow side venv, about 30 s; the three "
-    "test runtimes, about 1 min; for the real node (as root) its binaries (make node-bins, "
-    "which make demo runs), about 16 min, and BuildKit, the base images and the three images, "
-    "about 30 min; for the process node its venv, about 1 min. A warm run is ready in about "
-    "1 min (1.5 min on the real node)."
+    "binaries built from source, 10 to 45 min (an idle or a busy machine); the Airflow side "
+    "venv, about 30 s; the three test runtimes, about 1 min; for the real node (as root) its "
+    "binaries (make node-bins, which make demo runs), about 16 min, and BuildKit, the base "
+    "images and the three images, about 30 min; for the process node its venv, about 1 min. "
+    "A warm run is ready in about 1 min (1.5 min on the real node)."
 )
 NodeKind = Literal["process", "real"]
 ARTIFACT_PORT: Final = 8090
