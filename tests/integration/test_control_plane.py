@@ -42,7 +42,7 @@ from taskhandler_devenv.kubecluster.control_plane import (
     node_venv_bin,
     start_cluster,
 )
-from taskhandler_devenv.kubecluster.procs import pid_alive, wait_until_gone
+from taskhandler_devenv.kubecluster.procs import free_port, pid_alive, wait_until_gone
 from taskhandler_devenv.kubecluster.waits import wait_for
 
 pytestmark = pytest.mark.kube
@@ -699,7 +699,7 @@ def test_lost_port_race_is_retried_when_the_bind_comes_late(
         holder.listen()
         taken = holder.getsockname()[1]
         ports = iter([taken])
-        monkeypatch.setattr(control_plane, "free_port", lambda: next(ports, 0) or _free_port())
+        monkeypatch.setattr(control_plane, "free_port", lambda: next(ports, 0) or free_port())
 
         def accepts(port: int) -> bool:
             with socket.create_connection(("127.0.0.1", port), timeout=1):
@@ -720,12 +720,6 @@ def test_lost_port_race_is_retried_when_the_bind_comes_late(
             pids = cluster.pids
             cluster.stop(keep_files=True)
     assert wait_until_gone(pids, timeout=15) == []
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # --- robustness ---------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from taskhandler_devenv.postgres import (
     default_base_dir,
     ensure_airflow_venv,
     find_pg_bin,
+    pick_free_port,
     remove_stale_dirs,
 )
 from tests.fixtures.postgres_plugin import fail_fixture_on_error
@@ -327,7 +328,7 @@ def test_taken_picked_port_is_retried_on_another(
         ports = iter([busy])
 
         def picker() -> int:
-            return next(ports, 0) or _free_port()
+            return next(ports, 0) or pick_free_port()
 
         caplog.set_level(logging.WARNING, logger="taskhandler_devenv.postgres")
         with PostgresServer(base_dir=base_dir, port_picker=picker) as server:
@@ -336,13 +337,6 @@ def test_taken_picked_port_is_retried_on_another(
                 assert conn.execute("SELECT 1").fetchone() == (1,)
     assert f"port {busy} on 127.0.0.1 is taken; trying another (attempt 1/3)" in caplog.text
     assert list(base_dir.iterdir()) == []
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def test_pg_ctl_start_failure_shows_server_log_tail(base_dir: Path) -> None:
