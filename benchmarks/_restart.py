@@ -1,7 +1,8 @@
 """The ``restart`` phase of ``benchmarks.operator``: how fast a new operator converges.
 
-Bundles already bound by one operator (statuses Ready, nothing changed) are taken over by a
-new process, as a failover or an upgrade would: the first operator is stopped gracefully
+Bundles already bound by one operator (statuses Ready with their pass key, nothing changed
+since: the steady state, where each bundle has had a pass that changed nothing) are taken over
+by a new process, as a failover or an upgrade would: the first operator is stopped gracefully
 (SIGTERM), a second one started with the same command, environment and signing key. Read from
 the new process's own ``/metrics`` once a second: when each bundle's first pass finished (the
 per-bundle ``_count`` of the reconcile-duration histogram) and when the process first reported
@@ -157,6 +158,11 @@ def _converge(op: OperatorProcess, names: Sequence[str], what: str) -> dict[str,
     }
 
 
+def settled(status: dict[str, Any]) -> bool:
+    """Ready, and keyed: a new process's first pass may keep this status."""
+    return is_ready(status) and bool(status.get("passKey"))
+
+
 def restart_phase(
     kube: KubeCluster,
     url: str,
@@ -179,13 +185,17 @@ def restart_phase(
         log(f"{label}: cold start: {cold}")
         again: dict[str, Any] = {}
         if cold["all_first_passes_seconds"] is not None:
-            # Every status stored Ready: what a failover or an upgrade finds.
+            # Every status stored Ready, with its pass key (left by the first pass that changed
+            # nothing, the one after the pass that bound): what a failover or an upgrade finds
+            # in a steady cluster.
+            began = time.monotonic()
             wait_until(
-                f"{label}: every status Ready",
-                lambda: all(is_ready(i.get("status") or {}) for i in list_bundles(api, namespace)),
-                300,
-                2.0,
+                f"{label}: every status Ready with its pass key",
+                lambda: all(settled(i.get("status") or {}) for i in list_bundles(api, namespace)),
+                max(300.0, 2 * args.interval + 120),
+                5.0,
             )
+            cold["keyed_after_seconds"] = round(time.monotonic() - began, 1)
             first.stop()  # SIGTERM: the Lease is released, as at a rolling upgrade
             second.start()
             again = _converge(second, names, f"{label} restarted")

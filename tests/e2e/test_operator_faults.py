@@ -8,6 +8,7 @@ the ones of tests/e2e/test_operator.py, the helpers are in faults_support.py.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import re
@@ -175,6 +176,97 @@ def test_sigkill_while_probing_adopts_the_jobs_and_ends_with_the_same_rows(
     )
     assert rows(database) == state
     assert jobs_by_name(kube_cluster, namespace) == after
+
+
+# --- 1b. A restart keeps the stored statuses ------------------------------------------------------
+
+KEPT = "unchanged since the stored status: kept it"
+
+
+def test_a_restart_keeps_each_stored_status_whose_pass_key_matches_and_redoes_the_changed(
+    kube_cluster: KubeCluster,
+    namespace: str,
+    repo: GitRepo,
+    source_http: HttpServer,
+    database: str,
+    tmp_path: Path,
+    replicas: list[Replica],
+) -> None:
+    first = make(replicas, kube_cluster, namespace, database, tmp_path, "a").start()
+    url = repo.http_url(source_http)
+    for language in ("go", "java"):
+        apply(kube_cluster, bundle(namespace, language, url))
+    for language in ("go", "java"):
+        ready(kube_cluster, namespace, f"orders-{language}", first)
+    # The passes that bound wrote rows, so they leave no key (and one bundle's binding moves
+    # the other's watermark: both bind stubs of one Dag); the next ones (asked for here,
+    # instead of waiting for the interval) change nothing and store it.
+    for language in ("go", "java"):
+        request_reconcile(kube_cluster, namespace, f"orders-{language}", "settle")
+
+    def keyed(name: str) -> dict[str, Any] | None:
+        status = thb(kube_cluster, namespace, name).get("status") or {}
+        done = status.get("lastHandledReconcileAt") == "settle" and status.get("passKey")
+        return status if done else None
+
+    stored: dict[str, dict[str, Any]] = {}
+    for name in ("orders-go", "orders-java"):
+        stored[name] = wait_for(
+            f"{name}'s pass key", functools.partial(keyed, name), 120, more=first.tail
+        )
+    assert all(re.fullmatch(r"k1:[0-9a-f]{64}", s["passKey"]) for s in stored.values()), stored
+    state = rows(database)
+    jobs = jobs_by_name(kube_cluster, namespace)
+    first.stop()
+
+    # Nothing changed: the new process keeps both statuses, and writes nothing anywhere.
+    second = first.start()
+
+    def kept_lines() -> list[str] | None:
+        lines = [line for line in second.logs[-1].read_text(errors="replace").splitlines()]
+        found = [line for line in lines if KEPT in line]
+        return found if len(found) >= 2 else None
+
+    lines = wait_for("both bundles kept", kept_lines, 120, more=second.tail)
+    assert any("/orders-go@" in line for line in lines), lines
+    assert any("/orders-java@" in line for line in lines), lines
+    assert "reconciled revision" not in second.logs[-1].read_text(errors="replace")
+    for name, status in stored.items():
+        assert thb(kube_cluster, namespace, name).get("status") == status
+    assert rows(database) == state and jobs_by_name(kube_cluster, namespace) == jobs
+    second.stop()
+
+    # The Go bundle's spec changes while no operator runs: its stored status describes an
+    # older generation, so its first pass takes the whole path (reusing the recorded answers);
+    # the Java bundle's status is kept again. (A changed row is in the integration tests.)
+    kube_cluster.kubectl(
+        "patch",
+        "thb",
+        "orders-go",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"interval": "7m"}}),
+    )
+    third = second.start()
+
+    def go_observed() -> dict[str, Any] | None:
+        obj = thb(kube_cluster, namespace, "orders-go")
+        seen = (obj.get("status") or {}).get("observedGeneration")
+        return obj if seen == obj["metadata"]["generation"] else None
+
+    def both_passed() -> list[str] | None:
+        lines = third.logs[-1].read_text(errors="replace").splitlines()
+        java = any("/orders-java@" in line and KEPT in line for line in lines)
+        go = any("/orders-go@" in line and "reconciled revision" in line for line in lines)
+        return lines if java and go else None
+
+    go_done = wait_for("the Go bundle's whole pass", go_observed, 120, more=third.tail)
+    assert condition(go_done, "Ready").get("status") == "True"
+    lines = wait_for("Go reconciled, Java kept", both_passed, 120, more=third.tail)
+    assert not any("/orders-go@" in line and KEPT in line for line in lines), lines
+    assert rows(database) == state and jobs_by_name(kube_cluster, namespace) == jobs
 
 
 # --- 2. Two replicas, one Lease -----------------------------------------------------------------

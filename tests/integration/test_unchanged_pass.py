@@ -33,7 +33,14 @@ from taskhandler_operator.db.tables import BINDING_TABLE
 from taskhandler_operator.db.writer import record_artifacts
 from taskhandler_operator.reconcile.local import LocalFolderSyncer
 from taskhandler_operator.reconcile.models import BundleSpec
-from taskhandler_operator.reconcile.steps import PassMemory, PassOutcome, PassPorts, run_pass
+from taskhandler_operator.reconcile.steps import (
+    PassMemory,
+    PassOutcome,
+    PassPorts,
+    StatusKept,
+    run_pass,
+    run_pass_or_keep,
+)
 from taskhandler_operator.reconcile.store import DatabaseStore
 from taskhandler_operator.records import ArtifactRecord, BundleOwner, TaskHandlerArtifact
 from tests.integration.test_reconcile_pass import CountingProber
@@ -223,3 +230,84 @@ async def test_a_change_found_after_the_plan_wakes_the_bundle_that_found_it(
     await ours.stub_inventory()
     assert await ours.recent_stub_inventory() is poller.store.inventory.dags
     assert wakeup.collect() == ()
+
+
+async def test_a_new_process_keeps_the_stored_status_only_while_the_pass_key_matches(
+    pg_url: str, engine: AsyncEngine, folder: Path, statements: list[str]
+) -> None:
+    prober = CountingProber()
+
+    async def settled() -> PassOutcome:
+        """The first process: a pass that binds, then one that changes nothing (keyed)."""
+        store = DatabaseStore(engine)
+        ports = PassPorts(
+            LocalFolderSyncer(folder), prober, store, memory=PassMemory(), watermarks=store
+        )
+        first = await run_pass(SPEC, ports)
+        if first.written.rows_written == 0:
+            return first
+        assert first.key is None  # it wrote rows: the watermark read before it is stale
+        return await run_pass(SPEC, ports)
+
+    async def new_process(key: str | None, spec: BundleSpec = SPEC) -> tuple[Any, int]:
+        """A new process's first pass (its own store, inventory and memory), given ``key``
+        as stored with the status; and how often it asked for the whole-pass gate."""
+        gate: list[str] = []
+
+        async def whole_path() -> None:
+            gate.append("whole")
+
+        store = DatabaseStore(engine)
+        ports = PassPorts(
+            LocalFolderSyncer(folder),
+            prober,
+            store,
+            memory=PassMemory(),
+            watermarks=store,
+            stored_key=key,
+            whole_path=whole_path,
+        )
+        return await run_pass_or_keep(spec, ports), len(gate)
+
+    second = await settled()
+    assert second.written.rows_written == 0 and second.key is not None
+    rows_before = await bound(engine)
+
+    statements.clear()
+    kept, gated = await new_process(second.key)
+    assert isinstance(kept, StatusKept) and kept.key == second.key and gated == 0
+    # The inventory's and the watermark's reads only; no answer loaded, nothing written.
+    assert all(s.upper().startswith(("SELECT", "WITH")) for s in statements), statements
+    assert len(statements) <= 3 and prober.calls == 0
+    assert await bound(engine) == rows_before
+    # Another leader term (the writer's identity) is not an input.
+    other = SPEC.model_copy(
+        update={"publish": SPEC.publish.model_copy(update={"operator": "pod-b/term-7"})}
+    )
+    assert isinstance((await new_process(second.key, other))[0], StatusKept)
+    # No key stored, or another one: the whole path, through the gate.
+    for stored in (None, "k1:" + "0" * 64):
+        whole, gated = await new_process(stored)
+        assert isinstance(whole, PassOutcome) and whole.key == second.key and gated == 1
+
+    # A binding deleted while no operator ran: the rows' watermark moved, the whole path
+    # restores the row, and its own key (after the write) differs from the stored one.
+    async with engine.begin() as conn:
+        await conn.execute(
+            sa.text(f"DELETE FROM {BINDING_TABLE} WHERE dag_id = :d AND task_id = 'load'"),
+            {"d": DAG},
+        )
+    restored, gated = await new_process(second.key)
+    assert isinstance(restored, PassOutcome) and gated == 1
+    assert restored.written.bindings_inserted == 1 and restored.key is None
+    assert set(await bound(engine)) == set(TASKS)
+    again = await settled()
+    assert again.key is not None and again.key != second.key  # new row versions
+    assert isinstance((await new_process(again.key))[0], StatusKept)
+
+    # Airflow's Dag loses a stub: the bundle's Dags are an input, so the key no longer holds.
+    seed_dag(pg_url, ("extract", "transform"))
+    rebound, _ = await new_process(again.key)
+    assert isinstance(rebound, PassOutcome) and rebound.written.bindings_deleted == 1
+    assert set(await bound(engine)) == {"extract", "transform"}
+    assert prober.calls == 0

@@ -219,8 +219,9 @@ class GateTicket:
             self.semaphore.release()
 
     async def reacquire(self) -> None:
-        """Take the place again after giving it back for a wait that is not the pass's own work
-        (its source sync); a ticket that never had one (an unchanged pass, no limit) has none."""
+        """Take the place (again): after giving it back for a wait that is not the pass's own
+        work (its source sync), or first when a pass expected to keep its outcome finds its
+        inputs changed; a gate with no limit has none to take."""
         if self.semaphore is not None and not self.held:
             await self.semaphore.acquire()
             self.held = True
@@ -228,7 +229,8 @@ class GateTicket:
 
 class PassGate:
     """At most ``limit`` whole passes at once; a pass expected to keep its last outcome (the
-    unchanged pass) passes without waiting. ``limit`` 0: no limit."""
+    unchanged pass) passes without waiting, with a ticket it can still take the place with
+    (:meth:`GateTicket.reacquire`) once it finds its inputs changed. ``limit`` 0: no limit."""
 
     def __init__(self, limit: int = WHOLE_PASSES) -> None:
         self.limit = limit
@@ -236,8 +238,8 @@ class PassGate:
 
     @contextlib.asynccontextmanager
     async def hold(self, whole: bool = True) -> AsyncIterator[GateTicket]:
-        ticket = GateTicket(self._semaphore if whole else None)
-        if ticket.semaphore is not None:
+        ticket = GateTicket(self._semaphore)
+        if whole and ticket.semaphore is not None:
             await ticket.semaphore.acquire()
             ticket.held = True
         try:

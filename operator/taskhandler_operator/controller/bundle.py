@@ -85,7 +85,13 @@ from taskhandler_operator.publication.policy import PublishControl
 from taskhandler_operator.reconcile.errors import Deposed, OwnershipConflict, PassError
 from taskhandler_operator.reconcile.models import BundleSpec, SyncedRevision
 from taskhandler_operator.reconcile.ports import Syncer
-from taskhandler_operator.reconcile.steps import PassMemory, PassOutcome, PassPorts, run_pass
+from taskhandler_operator.reconcile.steps import (
+    PassMemory,
+    PassOutcome,
+    PassPorts,
+    StatusKept,
+    run_pass_or_keep,
+)
 from taskhandler_operator.records import BundleOwner
 
 __all__ = [
@@ -290,6 +296,44 @@ class SyncOutsideGate:
         return revision
 
 
+@dataclass(frozen=True)
+class WholePathGate:
+    """A pass expected to keep an outcome starts without its place at the whole-pass gate;
+    when its inputs turn out changed, it waits for one before the whole path (a wait the
+    liveness check does not count), so a change seen by every bundle at once (a new stub
+    inventory, an upgrade that changes every key) still runs a few whole passes at a time."""
+
+    memory: BundleMemory
+    watch: PassWatch
+    key: BundleKey
+
+    async def __call__(self) -> None:
+        ticket = self.memory.gate
+        if ticket is None or ticket.held:
+            return
+        with self.watch.waiting(self.key):
+            await ticket.reacquire()
+
+
+def stored_key(inputs: BundleInputs, old: TaskHandlerBundleStatus) -> str | None:
+    """The stored status's pass key when that status may stand for this pass: it describes
+    this generation and the last reconcile-now request (a new one asks for the whole path)."""
+    if old.pass_key is None or old.observed_generation != inputs.generation:
+        return None
+    if inputs.requested_at is not None and inputs.requested_at != old.last_handled_reconcile_at:
+        return None
+    return old.pass_key
+
+
+def expects_kept(memory: BundleMemory, body: Mapping[str, Any]) -> bool:
+    """Whether the next pass will likely keep an outcome (kept in memory, or a stored status
+    with a pass key): such a pass starts without a place at the whole-pass gate."""
+    if memory.unchanged.outcome is not None:
+        return True
+    status = body.get("status")
+    return isinstance(status, Mapping) and bool(status.get("passKey"))
+
+
 async def reconcile_bundle(
     inputs: BundleInputs, runtime: OperatorRuntime, memory: BundleMemory
 ) -> PassReport:
@@ -366,6 +410,8 @@ async def _reconcile(
         ),
         timeout=runtime.settings.pass_timeout,
         progress=progress,
+        stored_key=stored_key(inputs, old),
+        whole_path=WholePathGate(memory, runtime.reconciler_heartbeat, key),
     )
     pass_spec = BundleSpec(
         bundle_name=spec.bundle_name,
@@ -387,11 +433,17 @@ async def _reconcile(
         ),
     )
     outcome: PassOutcome | None = None
+    kept: StatusKept | None = None
     error: PassError | None = None
     try:
-        outcome = await run_pass(pass_spec, ports)
+        result = await run_pass_or_keep(pass_spec, ports)
     except PassError as exc:
         error = exc
+    else:
+        if isinstance(result, StatusKept):
+            kept = result
+        else:
+            outcome = result
     if isinstance(error, Deposed):
         # Another replica leads: write nothing more, the status included (it reports).
         log.error("pass abandoned, this replica no longer leads: %s", error)
@@ -400,7 +452,7 @@ async def _reconcile(
     set_revision(revision)
     in_sync: DagBundleSync | None = None
     in_sync_failed: Reasoned | None = None
-    if outcome is not None and syncer.last is not None:
+    if (outcome is not None or kept is not None) and syncer.last is not None:
         checked = await _dag_bundle_sync(runtime, spec.bundle_name, airflow_version(syncer.last))
         if isinstance(checked, Reasoned):
             in_sync_failed = checked
@@ -418,6 +470,7 @@ async def _reconcile(
         queues=spec.queues,
         dag_bundle=in_sync,
         dag_bundle_error=in_sync_failed,
+        kept=kept is not None,
     )
     base = progress.base()
     new = bundle_status(base, seen)
@@ -428,7 +481,16 @@ async def _reconcile(
     retry_in = retry_after(error, memory.retry)
     if in_sync_failed is not None and retry_in is None:
         retry_in = memory.retry.next_delay()
-    if error is None:
+    if kept is not None:
+        metrics.observe_reconcile(inputs.namespace, inputs.name, "success", seconds)
+        metrics.set_bindings(inputs.namespace, inputs.name, new.counts.bindings)
+        metrics.mark_synced(inputs.namespace, inputs.name)
+        pending = new.pending_change
+        metrics.set_publication_held(
+            inputs.namespace, inputs.name, None if pending is None else pending.since.timestamp()
+        )
+        log.info("revision %s unchanged since the stored status: kept it", kept.revision)
+    elif error is None:
         assert outcome is not None
         metrics.observe_reconcile(inputs.namespace, inputs.name, "success", seconds)
         metrics.set_bindings(inputs.namespace, inputs.name, published_bindings(outcome))
@@ -653,9 +715,11 @@ async def run_bundle(
             # The pass's inputs and report live in _one_pass's frame only, so nothing of them
             # outlives the pass: this coroutine sleeps for most of its life, once per bundle.
             # Liveness counts a pass that never ends, never the sleep between passes.
-            # A pass with no kept outcome takes the whole path: it waits for the gate first
-            # (outside the liveness mark: waiting is not a pass that never ends).
-            whole = memory.unchanged.outcome is None
+            # A pass with no kept outcome (in memory or as the stored status's pass key)
+            # takes the whole path: it waits for the gate first (outside the liveness mark:
+            # waiting is not a pass that never ends); one that expected to keep it and finds
+            # its inputs changed waits there before its whole path (WholePathGate).
+            whole = not expects_kept(memory, get_body())
             async with runtime.whole_passes.hold(whole) as memory.gate:
                 with runtime.reconciler_heartbeat.busy((namespace, name)):
                     sleep = await _one_pass(get_body, runtime, memory, rand)

@@ -116,6 +116,8 @@ class Observation:
     progressing: Reasoned | None = None
     # The pass failed outside any step (Ready=False, InternalError; retried with back-off).
     failed: Reasoned | None = None
+    # The pass's inputs gave the key stored with the status (``StatusKept``): it stands.
+    kept: bool = False
 
 
 def previous_status(body: Mapping[str, Any] | None) -> TaskHandlerBundleStatus:
@@ -173,6 +175,12 @@ def bundle_status(old: TaskHandlerBundleStatus, seen: Observation) -> TaskHandle
             put(T.BINDINGS_PUBLISHED, S.FALSE, error.reason, message)
     outcome = seen.outcome
     ready_message = ""
+    # Only a pass that may be kept leaves a key; any other report (a failure, a probe under
+    # way) makes the next new process take the whole path.
+    update["pass_key"] = outcome.key if outcome is not None else old.pass_key if seen.kept else None
+    if seen.kept:
+        ready = _cond(old, T.READY)
+        ready_message = ready.message if ready is not None else ""
     if outcome is not None:
         summary = outcome.summary
         revision = summary.revision
@@ -261,7 +269,7 @@ def bundle_status(old: TaskHandlerBundleStatus, seen: Observation) -> TaskHandle
         # lists of the last good pass stay, as its bindings stay in the database.
         revised(seen.synced_revision)
         put(T.SOURCE_READY, S.TRUE, Reason.SYNCED, f"revision {seen.synced_revision}")
-    if seen.dag_bundle is not None and outcome is not None:
+    if seen.dag_bundle is not None and (outcome is not None or seen.kept):
         found = seen.dag_bundle
         put(T.DAG_BUNDLE_IN_SYNC, S(found.status), found.reason, found.message)
     elif seen.dag_bundle_error is not None:

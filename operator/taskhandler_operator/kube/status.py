@@ -373,6 +373,14 @@ class TaskHandlerBundleStatus(_Status):
         description="The change the publish policy holds until it is approved, or a rollback "
         "keeps back; absent when nothing waits.",
     )
+    pass_key: str | None = Field(
+        default=None,
+        max_length=80,
+        description="Digest of the inputs of the last pass that changed nothing (spec, revision, "
+        "listing, the bundle's Dags, its database rows); a new operator process whose first "
+        "pass finds the same keeps this status instead of redoing the pass. Absent after any "
+        "other pass.",
+    )
 
     def to_body(self) -> dict[str, Any]:
         """The ``status`` stanza as written to the apiserver (camelCase, no nulls)."""

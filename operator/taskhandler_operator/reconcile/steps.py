@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
@@ -64,6 +64,7 @@ from taskhandler_operator.reconcile.models import (
     SyncedRevision,
     Validated,
 )
+from taskhandler_operator.reconcile.passkey import pass_key
 from taskhandler_operator.reconcile.ports import (
     ClaimCheck,
     Clock,
@@ -344,6 +345,12 @@ class PassPorts:
     timeout: float | None = None
     # Told before the probe step when there is anything to probe.
     progress: Progress | None = None
+    # The key stored with the last status (``status.passKey``), when that status may stand for
+    # this pass: equal to this pass's key, the pass keeps it (:class:`StatusKept`).
+    stored_key: str | None = None
+    # Awaited before the pass takes the whole path after expecting to keep an outcome: the
+    # caller's place at its gate for whole passes is taken there, not for every pass.
+    whole_path: Callable[[], Awaitable[None]] | None = None
 
 
 @dataclass(frozen=True)
@@ -357,11 +364,30 @@ class PassOutcome:
     validated: Validated
     written: PassResult
     summary: PassSummary
+    # The key of the inputs when a later pass with the same ones may keep this outcome (the
+    # caller stores it with the status: a new process's first pass compares it).
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class StatusKept:
+    """A pass whose inputs gave the key stored with the last status: that status stands."""
+
+    revision: str
+    key: str
+    step_seconds: Mapping[str, float]
 
 
 async def run_pass(spec: BundleSpec, ports: PassPorts) -> PassOutcome:
     """sync → list → plan → probe → validate → write → summarize; raises one
     :class:`~taskhandler_operator.reconcile.errors.PassError` naming the step that failed."""
+    outcome = await run_pass_or_keep(spec, dataclasses.replace(ports, stored_key=None))
+    assert isinstance(outcome, PassOutcome)  # no stored key: nothing to keep
+    return outcome
+
+
+async def run_pass_or_keep(spec: BundleSpec, ports: PassPorts) -> PassOutcome | StatusKept:
+    """:func:`run_pass`, or :class:`StatusKept` when ``ports.stored_key`` is this pass's key."""
     clock = ports.clock
     started_at = clock.now()
     seconds: dict[str, float] = {}
@@ -407,7 +433,15 @@ async def run_pass(spec: BundleSpec, ports: PassPorts) -> PassOutcome:
                 update={"started_at": started_at, "step_seconds": seconds, "reused": True}
             )
             return dataclasses.replace(kept, summary=summary)
+        if memory.inputs is None and ports.stored_key is not None:
+            # A new process (or one whose memory was forgotten): the stored status's key
+            # stands in for the memory.
+            key = seen.key()
+            if key == ports.stored_key:
+                return StatusKept(synced.revision, key, seconds)
         memory.forget()  # changed (or failing below): the next pass takes the whole path too
+    if ports.whole_path is not None:
+        await ports.whole_path()
     if ports.claims is not None:
         await step("plan", ports.claims(spec), "claim")
     if seen is not None:
@@ -434,8 +468,11 @@ async def run_pass(spec: BundleSpec, ports: PassPorts) -> PassOutcome:
     seconds["summarize"] = clock.monotonic() - began
     summary = summary.model_copy(update={"step_seconds": seconds})
     outcome = PassOutcome(synced, listed, planned, probed, validated, written, summary)
-    if memory is not None and seen is not None:
+    if memory is not None and seen is not None and keeps(outcome, seen):
+        outcome = dataclasses.replace(outcome, key=seen.key())
         memory.remember(seen, outcome)
+    elif memory is not None:
+        memory.forget()
     return outcome
 
 
@@ -472,6 +509,18 @@ class PassInputs:
     dags: Mapping[str, DagStubs]
     dag_ids: tuple[str, ...]  # the Dags with a stub on the bundle's queues
     rows: RowsWatermark
+
+    def key(self) -> str:
+        """The inputs' :func:`~taskhandler_operator.reconcile.passkey.pass_key`."""
+        return pass_key(
+            self.spec,
+            self.revision,
+            self.candidates,
+            self.problems,
+            self.dags,
+            self.dag_ids,
+            self.rows,
+        )
 
     def same_as(self, other: PassInputs) -> bool:
         return (
@@ -576,12 +625,14 @@ __all__ = [
     "PassMemory",
     "PassOutcome",
     "PassPorts",
+    "StatusKept",
     "keeps",
     "list_bundle",
     "plan",
     "probe",
     "queue_dags",
     "run_pass",
+    "run_pass_or_keep",
     "slim",
     "summarize",
     "sync",

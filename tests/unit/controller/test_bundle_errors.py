@@ -156,8 +156,8 @@ def conditions(api: FakeApiserver) -> dict[str, tuple[str, str, str]]:
 
 @pytest.fixture
 def passes(monkeypatch: pytest.MonkeyPatch, bundle: Path) -> list[str]:
-    """The pass's run_pass: the real one on a local folder, but raising an unexpected error
-    (a bug outside any step) while ``script`` says ``"fail"``."""
+    """The pass's run_pass_or_keep: the real run_pass on a local folder, but raising an
+    unexpected error (a bug outside any step) while ``script`` says ``"fail"``."""
     script: list[str] = []
     store = FakeStore(etl("extract", "load"))
     (bundle / "broken.min.mjs").unlink()  # every artifact answers
@@ -173,7 +173,7 @@ def passes(monkeypatch: pytest.MonkeyPatch, bundle: Path) -> list[str]:
         )
         return await real_run_pass(SPEC, local)
 
-    monkeypatch.setattr(bundle_module, "run_pass", run_pass)
+    monkeypatch.setattr(bundle_module, "run_pass_or_keep", run_pass)
     return script
 
 

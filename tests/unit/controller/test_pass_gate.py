@@ -20,9 +20,12 @@ from taskhandler_operator.controller.bundle import (
     PassReport,
     StatusProgress,
     SyncOutsideGate,
+    WholePathGate,
     run_bundle,
+    stored_key,
 )
 from taskhandler_operator.controller.health import PassWatch
+from taskhandler_operator.kube import names
 from taskhandler_operator.kube.status import TaskHandlerBundleStatus
 
 
@@ -186,3 +189,66 @@ def test_an_unchanged_pass_syncs_as_before() -> None:
             return await SyncOutsideGate(source, memory, watch, ("ns", "a"))(None)  # type: ignore[arg-type]
 
     assert asyncio.run(main()) == "revision" and calls == ["sync"]
+
+
+def test_a_stored_pass_key_starts_without_a_place_and_a_change_waits_for_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A new process's first pass over a status with a pass key expects to keep it: it starts
+    at once; if its inputs changed it takes a place before its whole path (WholePathGate),
+    outside the liveness count, so a thousand changed keys still run a few at a time."""
+    gate = PassGate(1)
+    watch = PassWatch("reconcilers", 60.0)
+    seen: list[tuple[str, bool]] = []
+    changed = asyncio.Event()
+
+    async def pass_finding_a_change(
+        inputs: BundleInputs, rt: Any, memory: BundleMemory
+    ) -> PassReport:
+        ticket = memory.gate
+        assert ticket is not None
+        seen.append(("started", ticket.held))
+        changed.set()
+        await WholePathGate(memory, watch, ("ns", inputs.name))()
+        seen.append(("whole path", ticket.held))
+        return report()
+
+    monkeypatch.setattr(bundle, "reconcile_bundle", pass_finding_a_change)
+    wakeups = {"a": Wakeup(1)}
+    keyed = body("a") | {"status": {"passKey": "k1:" + "0" * 64}}
+
+    async def main() -> int:
+        rt = runtime(gate, wakeups)
+        rt.reconciler_heartbeat = watch
+        async with gate.hold():  # another bundle's whole pass holds the only place
+            task = asyncio.create_task(
+                run_bundle(lambda: keyed, rt, lambda: wakeups["a"].left <= 0)
+            )
+            await asyncio.wait_for(changed.wait(), 5)
+            await asyncio.sleep(0.05)
+            waiting_uncounted = watch.running
+        await asyncio.wait_for(task, 5)
+        return waiting_uncounted
+
+    assert asyncio.run(main()) == 0
+    assert seen == [("started", False), ("whole path", True)]
+
+
+def test_the_stored_key_stands_only_for_its_generation_and_reconcile_request() -> None:
+    key = "k1:" + "1" * 64
+    status = TaskHandlerBundleStatus(
+        observed_generation=3, last_handled_reconcile_at="r1", pass_key=key
+    )
+
+    def inputs(generation: int, requested: str | None) -> BundleInputs:
+        annotations = (
+            {} if requested is None else {names.ANNOTATION_RECONCILE_REQUESTED_AT: requested}
+        )
+        meta = {"namespace": "ns", "name": "a", "uid": "u", "generation": generation}
+        return BundleInputs.from_body({"metadata": meta | {"annotations": annotations}})
+
+    assert stored_key(inputs(3, "r1"), status) == key
+    assert stored_key(inputs(3, None), status) == key
+    assert stored_key(inputs(4, "r1"), status) is None  # the spec changed since
+    assert stored_key(inputs(3, "r2"), status) is None  # a reconcile-now asks for the whole path
+    assert stored_key(inputs(3, "r1"), status.model_copy(update={"pass_key": None})) is None

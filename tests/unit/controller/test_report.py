@@ -308,3 +308,23 @@ async def test_the_short_revision_and_the_queues_kubectl_get_shows(good: PassOut
     # Suspended: nothing is reconciled, but the queues follow the spec.
     suspended = bundle_status(status, Observation(2, T0, suspended=True, queues=("go",)))
     assert (suspended.short_revision, suspended.queues) == ("main@sha1:01234567", "go")
+
+
+async def test_only_a_kept_pass_leaves_the_pass_key_and_a_kept_status_stands(
+    good: PassOutcome,
+) -> None:
+    key = "k1:" + "a" * 64
+    status = ready(dataclasses.replace(good, key=key))
+    assert status.pass_key == key and status.to_body()["passKey"] == key
+    # A new process's first pass with the same key: nothing to write, no Event.
+    kept = bundle_status(status, Observation(1, T0 + timedelta(minutes=5), kept=True))
+    assert kept.pass_key == key and status_unchanged(status.to_body(), kept)
+    assert transition_events(status, kept) == []
+    # A pass that wrote (no key), a failure, a probe under way: the key goes.
+    assert ready(good).pass_key is None
+    failed = bundle_status(
+        status, Observation(1, T0, error=DatabaseFailed("plan", DatabaseUnavailable("down")))
+    )
+    assert failed.pass_key is None and "passKey" not in failed.to_body()
+    seen = Observation(1, T0, synced_revision=good.summary.revision)
+    assert probing_status(status, seen, ["load.min.mjs"]).pass_key is None
