@@ -276,9 +276,10 @@ async def test_a_new_process_keeps_the_stored_status_only_while_the_pass_key_mat
     statements.clear()
     kept, gated = await new_process(second.key)
     assert isinstance(kept, StatusKept) and kept.key == second.key and gated == 0
-    # The inventory's and the watermark's reads only; no answer loaded, nothing written.
+    # The inventory's and the watermark's reads only (a new process reads the inventory whole:
+    # its fingerprint, its rows, the documents); no answer loaded, nothing written.
     assert all(s.upper().startswith(("SELECT", "WITH")) for s in statements), statements
-    assert len(statements) <= 3 and prober.calls == 0
+    assert len(statements) == 4 and prober.calls == 0
     assert await bound(engine) == rows_before
     # Another leader term (the writer's identity) is not an input.
     other = SPEC.model_copy(

@@ -263,3 +263,29 @@ async def test_concurrent_refreshes_take_turns_and_keep_snapshots(engine: AsyncE
     assert "d0" in snapshot and "d0" not in inventory.dags
     with pytest.raises(TypeError):
         snapshot["x"] = snapshot["d1"]  # type: ignore[index]
+
+
+async def test_a_refresh_that_finds_nothing_reads_one_row(engine: AsyncEngine) -> None:
+    """Passes ask for a refresh up to once a second: with nothing new it reads the fingerprint
+    (one row, whatever the number of Dags), not a row per Dag."""
+    await add_dags(engine, *(simple(f"d{i}", "t") for i in range(30)))
+    inventory = StubInventory()
+    await inventory.refresh(engine)
+    snapshot = inventory.dags
+    sent: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        sent.append(statement)
+
+    sa.event.listen(engine.sync_engine, "before_cursor_execute", record)
+    try:
+        nothing = await inventory.refresh(engine)
+        assert len(sent) == 1 and "hashtextextended" in sent[0], sent
+        assert nothing.unchanged == 30 and inventory.dags is snapshot
+        # A Dag's new version changes the fingerprint: the full comparison runs again.
+        await add_dags(engine, simple("d3", "t", "u"))
+        sent.clear()
+        changed = await inventory.refresh(engine)
+        assert changed.changed == ("d3",) and len(sent) == 3, sent  # fingerprint, rows, d3
+    finally:
+        sa.event.remove(engine.sync_engine, "before_cursor_execute", record)
