@@ -375,7 +375,6 @@ class StatusKept:
 
     revision: str
     key: str
-    step_seconds: Mapping[str, float]
 
 
 async def run_pass(spec: BundleSpec, ports: PassPorts) -> PassOutcome:
@@ -438,7 +437,7 @@ async def run_pass_or_keep(spec: BundleSpec, ports: PassPorts) -> PassOutcome | 
             # stands in for the memory.
             key = seen.key()
             if key == ports.stored_key:
-                return StatusKept(synced.revision, key, seconds)
+                return StatusKept(synced.revision, key)
         memory.forget()  # changed (or failing below): the next pass takes the whole path too
     if ports.whole_path is not None:
         await ports.whole_path()
