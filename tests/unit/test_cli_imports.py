@@ -82,26 +82,41 @@ def test_help_imports_no_library(command: str) -> None:
     assert "taskhandler_operator.db.commands" not in modules
 
 
+JAVA_READER = ("taskhandler_operator.artifacts.java", "zipfile")
+OTHER_READERS = ("taskhandler_operator.artifacts.listing",)
+
+
 @pytest.mark.parametrize(
     ("language", "name", "libraries"),
     [
-        ("go", "etl", ()),
-        # The Go reader's YAML parser is imported on first use, not by the verifier.
+        # Each language imports its own reader only (artifacts/verify.py).
+        ("go", "etl", ("taskhandler_operator.artifacts.typescript", *JAVA_READER, *OTHER_READERS)),
+        # The Go reader's YAML parser is imported on first use, not by the verifier. A JAR's
+        # classpath is every JAR in the bundle, which the listing's walker finds.
         ("java", "etl.jar", ("yaml",)),
-        ("typescript", "etl.min.mjs", ("yaml",)),
+        (
+            "typescript",
+            "etl.min.mjs",
+            ("yaml", "taskhandler_operator.artifacts.go", *JAVA_READER, *OTHER_READERS),
+        ),
     ],
 )
-def test_probe_run_imports_only_the_driver(
+def test_probe_run_imports_only_the_driver_and_its_reader(
     tmp_path: Path, language: str, name: str, libraries: tuple[str, ...]
 ) -> None:
-    # A missing artifact goes through the whole command: options, the driver, verification.
+    # A file that is no artifact goes through the whole command: options, the driver, and
+    # verification up to its language's reader, which refuses it.
+    artifact = tmp_path / name
+    artifact.write_bytes(b"not an artifact\n")
     code, modules, output = run_cli(
-        "probe", str(tmp_path / name), "--language", language, "--termination-log", "-"
+        "probe", str(artifact), "--language", language, "--termination-log", "-"
     )
     assert code == 3, output  # the artifact refused
     assert "taskhandler_operator.protocol.driver" in modules
     assert "taskhandler_operator.protocol.session" in modules
-    assert imported(modules, HEAVY + PROBE_FREE + libraries) == []
+    assert f"taskhandler_operator.artifacts.{language}" in modules
+    # No TLS either: the driver talks to the runtime on loopback (protocol/commands.py).
+    assert imported(modules, (*HEAVY, *PROBE_FREE, "ssl", *libraries)) == []
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from taskhandler_operator.artifacts.models import (
+    JAVA_SUFFIX,
     ArtifactVerificationError,
     Candidate,
     Language,
@@ -38,7 +39,7 @@ from taskhandler_operator.limits import (
     JAVA_MAX_UNCOMPRESSED_BYTES,
 )
 
-SUFFIX = ".jar"
+SUFFIX = JAVA_SUFFIX
 MANIFEST_NAME = b"META-INF/MANIFEST.MF"
 
 MAIN_CLASS = "main-class"

@@ -38,6 +38,12 @@ class Language(StrEnum):
     TYPESCRIPT = "typescript"
 
 
+# The file names that make an artifact a JAR or a TypeScript bundle (anything else may be a Go
+# executable); here rather than in each reader so that naming a language imports no reader.
+JAVA_SUFFIX = ".jar"
+TYPESCRIPT_SUFFIX = ".min.mjs"
+
+
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """A file the language reader recognises as one of its artifacts.

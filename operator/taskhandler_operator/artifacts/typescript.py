@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from taskhandler_operator.artifacts.models import (
+    TYPESCRIPT_SUFFIX,
     ArtifactVerificationError,
     Candidate,
     Language,
@@ -38,7 +39,7 @@ from taskhandler_operator.limits import (
     TS_MAX_SOURCE_BYTES,
 )
 
-SUFFIX = ".min.mjs"
+SUFFIX = TYPESCRIPT_SUFFIX
 LAYOUT_PREFIX = b"//# airflowBundle="
 METADATA_PREFIX = b"//# airflowMetadata="
 SOURCE_OPENER_PREFIX = b"/*# airflowSource:"

@@ -5,15 +5,19 @@ module recomputes every hash the format records and resolves the supervisor sche
 version the runtime speaks (and refuses one this supervisor does not support). It raises
 :class:`ArtifactVerificationError` with a message naming the file and the failing region or
 rule. The whole check runs under a deadline (``timeout``).
+
+Each language's reader is imported when an artifact of that language is verified: every probe pod
+runs this in a fresh interpreter for one artifact, and the other readers (the JAR's with
+``zipfile``, the listing's walker) were a tenth of a Go probe's own cost (docs/operations.md).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from taskhandler_operator.artifacts import go, java, typescript
-from taskhandler_operator.artifacts.listing import walk_files
 from taskhandler_operator.artifacts.models import (
+    JAVA_SUFFIX,
+    TYPESCRIPT_SUFFIX,
     ArtifactVerificationError,
     Language,
     VerificationTimeout,
@@ -36,9 +40,9 @@ __all__ = [
 
 def guess_language(path: Path) -> Language:
     """The language a file name implies: ``.jar``, ``.min.mjs``, else a Go executable."""
-    if path.name.endswith(java.SUFFIX):
+    if path.name.endswith(JAVA_SUFFIX):
         return Language.JAVA
-    if path.name.endswith(typescript.SUFFIX):
+    if path.name.endswith(TYPESCRIPT_SUFFIX):
         return Language.TYPESCRIPT
     return Language.GO
 
@@ -88,9 +92,15 @@ def _verify(path: Path, language: Language, bundle_root: Path | None) -> Verifie
         name = str(path)
 
     if language is Language.GO:
+        from taskhandler_operator.artifacts import go
+
         return go.verify_file(resolved, name)
     if language is Language.TYPESCRIPT:
+        from taskhandler_operator.artifacts import typescript
+
         return typescript.verify_file(resolved, name)
+    from taskhandler_operator.artifacts import java
+
     classpath = _classpath(root, resolved)
     return java.verify_file(resolved, name, classpath)
 
@@ -108,11 +118,13 @@ def _resolve_root(bundle_root: Path | None, resolved: Path) -> Path:
 
 def _classpath(root: Path, artifact: Path) -> list[tuple[str, Path]]:
     """Every ``*.jar`` under the root, sorted by POSIX relative path, as the JVM would get it."""
+    from taskhandler_operator.artifacts.listing import walk_files
+
     try:
         walked = walk_files(root).files
     except OSError as exc:
         raise ArtifactVerificationError(f"bundle root {root} cannot be listed ({exc})") from None
-    jars = [(item.rel_path, item.path) for item in walked if item.rel_path.endswith(java.SUFFIX)]
+    jars = [(item.rel_path, item.path) for item in walked if item.rel_path.endswith(JAVA_SUFFIX)]
     jars.sort(key=lambda pair: pair[0])
     if not any(p == artifact for _rel, p in jars):
         # A JAR reached only through a symlink is listed under its link path; make sure the

@@ -111,6 +111,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     # Heavy imports here, so that `taskhandler-operator --help` stays fast.
     # No pydantic on this path (protocol/plain.py says why; test_cli_imports.py keeps it so).
+    _import_asyncio_without_tls()
     import asyncio
 
     from taskhandler_operator.artifacts.models import Language
@@ -152,6 +153,24 @@ def run(args: argparse.Namespace) -> int:
     _write_termination_log(args.termination_log, text, log)
     print(text, file=sys.stdout, flush=True)
     return int(summary.exit_code)
+
+
+def _import_asyncio_without_tls() -> None:
+    """Import asyncio without ``ssl`` in a fresh probe process.
+
+    The driver speaks plain TCP on loopback only, and asyncio imports ``ssl`` (OpenSSL) whenever
+    it can: that was about 5 % of a probe's own cost (docs/operations.md). A ``None`` entry in
+    ``sys.modules`` makes ``import ssl`` fail, which asyncio handles by running without TLS; the
+    entry is removed at once, so a later ``import ssl`` works. A process that already has asyncio
+    or ssl (a test calling this command in-process) is left as it is.
+    """
+    if "asyncio" in sys.modules or "ssl" in sys.modules:
+        return
+    sys.modules["ssl"] = None  # type: ignore[assignment]
+    try:
+        import asyncio  # noqa: F401
+    finally:
+        del sys.modules["ssl"]
 
 
 def _write_termination_log(path: str, text: str, log: EventLog) -> None:

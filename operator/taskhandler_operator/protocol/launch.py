@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from taskhandler_operator.artifacts.java import is_java_binary_name
 from taskhandler_operator.artifacts.models import Language, VerifiedArtifact
 from taskhandler_operator.limits import MAX_FRAME_SIZE, MAX_REQUEST_DAG_IDS
 from taskhandler_operator.protocol.plain import dag_id_problem
@@ -20,7 +19,6 @@ __all__ = [
     "ProbeConfig",
     "UnsafeCommand",
     "build_command",
-    "is_java_binary_name",
     "runtime_environment",
 ]
 
@@ -127,6 +125,9 @@ def build_command(
         return [str(verified.path.absolute())]
     if verified.language is Language.TYPESCRIPT:
         return [node, str(verified.path.absolute())]
+    # Here, not at the top: a Go or TypeScript probe need not import the JAR reader.
+    from taskhandler_operator.artifacts.java import is_java_binary_name
+
     main_class = verified.main_class
     if main_class is None:
         raise UnsafeCommand(f"{verified.path}: no Main-Class to run")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from taskhandler_operator.artifacts.java import is_java_binary_name
 from taskhandler_operator.artifacts.models import Language, VerifiedArtifact
 from taskhandler_operator.artifacts.schema_versions import (
     KNOWN_SCHEMA_VERSIONS,
@@ -18,7 +19,7 @@ from taskhandler_operator.artifacts.schema_versions import (
 from taskhandler_operator.protocol import driver
 from taskhandler_operator.protocol.driver import ProbeConfig, build_command, runtime_environment
 from taskhandler_operator.protocol.eventlog import EventLog
-from taskhandler_operator.protocol.launch import UnsafeCommand, is_java_binary_name
+from taskhandler_operator.protocol.launch import UnsafeCommand
 from taskhandler_operator.protocol.summary import ExitCode, ProbeErrorKind
 
 
