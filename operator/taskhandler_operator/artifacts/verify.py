@@ -7,8 +7,9 @@ version the runtime speaks (and refuses one this supervisor does not support). I
 rule. The whole check runs under a deadline (``timeout``).
 
 Each language's reader is imported when an artifact of that language is verified: every probe pod
-runs this in a fresh interpreter for one artifact, and the other readers (the JAR's with
-``zipfile``, the listing's walker) were a tenth of a Go probe's own cost (docs/operations.md).
+runs this in a fresh interpreter for one artifact, and importing the other readers (the JAR's with
+``zipfile``) and the listing's walker took about 7 ms of every Go probe's start
+(docs/operations.md).
 """
 
 from __future__ import annotations
