@@ -1152,6 +1152,15 @@ def machine() -> dict[str, Any]:
     }
 
 
+def checkpoint(result: dict[str, Any]) -> None:
+    """Write the phases finished so far to ``operator-partial.json``.
+
+    A full run takes about an hour and writes ``operator.json`` only at its end; a phase that
+    fails late would otherwise lose every earlier phase's figures.
+    """
+    write_json("operator-partial", {"phases_done": sorted(result), **result})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--bundles", type=int, default=1000, help="steady-state bundles")
@@ -1206,6 +1215,7 @@ def main(argv: list[str] | None = None) -> int:
             probe = probe_phase(kube, url, work, args)
             template = probe.pop("template")
             result["probe"] = probe
+            checkpoint(result)
         compare_bundles = max(2, args.bundles // 10)
         if "steady" in phases and template is not None:
             # The reference workload, before and after the windows (issue 24: CPU targets).
@@ -1242,14 +1252,19 @@ def main(argv: list[str] | None = None) -> int:
                 policy=POLICY_UNDER_TEST,
             )
             result["cpu_reference"] = cpu_reference(reference + reference_samples())
+            checkpoint(result)
         if "failover" in phases and template is not None:
             result["failover"] = failover_phase(kube, url, work, args, template)
+            checkpoint(result)
         if "restart" in phases and template is not None:
             result["restart"] = restart_phase(kube, url, work, args, template)
+            checkpoint(result)
         if "watch" in phases:
             result["watch"] = watch_phase(kube, url, work, args)
+            checkpoint(result)
         if "scaleout" in phases and template is not None:
             result["scaleout"] = _scaleout.scaleout_phase(kube, url, work, args, template)
+            checkpoint(result)
     if "cost" in phases:
         result["probe_cost"] = probe_cost_phase()
     rows = targets(result)
