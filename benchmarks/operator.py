@@ -1157,7 +1157,7 @@ def machine() -> dict[str, Any]:
 def checkpoint(result: dict[str, Any]) -> None:
     """Write the phases finished so far to ``operator-partial.json``.
 
-    A full run takes about an hour and writes ``operator.json`` only at its end; a phase that
+    A full run takes about 45 minutes and writes ``operator.json`` only at its end; a phase that
     fails late would otherwise lose every earlier phase's figures.
     """
     write_json("operator-partial", {"phases_done": sorted(result), **result})

@@ -29,14 +29,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from benchmarks._report import RESULTS_DIR
+from taskhandler_devenv.chart_install import CHART
 from taskhandler_operator.kube.duration import parse_duration
+from taskhandler_operator.kube.markers import quantity_value
 
 MAX_BUNDLES_PER_SHARD = 2000
 MAX_CORES_PER_SHARD = 0.5
-CHART_MEMORY_REQUEST_MIB = 256
-CHART_MEMORY_LIMIT_MIB = 1024
-CHART_CPU_REQUEST_M = 100
+
+
+def _chart_resources() -> tuple[int, int, int]:
+    """The chart's default operator resources: memory request and limit (MiB), CPU request (m)."""
+    resources = yaml.safe_load((CHART / "values.yaml").read_text())["resources"]
+    return (
+        round(quantity_value(resources["requests"]["memory"]) / 2**20),
+        round(quantity_value(resources["limits"]["memory"]) / 2**20),
+        round(quantity_value(resources["requests"]["cpu"]) * 1000),
+    )
+
+
+CHART_MEMORY_REQUEST_MIB, CHART_MEMORY_LIMIT_MIB, CHART_CPU_REQUEST_M = _chart_resources()
 
 # (bundles, interval in seconds) of the table's rows.
 WORLDS: tuple[tuple[int, int], ...] = (
