@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import json
 import zlib
+from dataclasses import dataclass
 from typing import Any
-
-from pydantic import BaseModel, ConfigDict
 
 from taskhandler_operator.airflow.arg_bindings import (
     LiteralArgBinding,
@@ -30,9 +29,11 @@ from taskhandler_operator.airflow.arg_bindings import (
 DEFAULT_QUEUE = "default"
 
 
-class StubTask(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+# The inventory holds one of these per stub of every live Dag (20,000 at 1,000 bundles x 20):
+# slotted dataclasses, built only by the reader below, take a fifth of a pydantic model's memory
+# (no per-instance __dict__ and fields-set). The parsing boundary is the arg bindings' models.
+@dataclass(frozen=True, slots=True)
+class StubTask:
     task_id: str
     queue: str
     # None: the stub takes no arguments (Airflow writes no _arg_bindings).
@@ -40,25 +41,37 @@ class StubTask(BaseModel):
     # Mapped stubs get per-index arguments at run time: only their handler's presence is checked.
     mapped: bool = False
 
+    def to_json(self) -> dict[str, Any]:
+        bindings = self.arg_bindings
+        return {
+            "task_id": self.task_id,
+            "queue": self.queue,
+            "arg_bindings": None
+            if bindings is None
+            else [b.model_dump(mode="json") for b in bindings],
+            "mapped": self.mapped,
+        }
 
-class DagReadProblem(BaseModel):
+
+@dataclass(frozen=True, slots=True)
+class DagReadProblem:
     """Something in the document we could not read.
 
     ``queue`` is the queue of the task it concerns when known; None means "could be any
     queue", so every bundle treats the Dag as unreadable.
     """
 
-    model_config = ConfigDict(frozen=True)
-
     message: str
     task_id: str | None = None
     queue: str | None = None
 
+    def to_json(self) -> dict[str, Any]:
+        return {"message": self.message, "task_id": self.task_id, "queue": self.queue}
 
-class DagStubs(BaseModel):
+
+@dataclass(frozen=True, slots=True)
+class DagStubs:
     """The stub inventory of one Dag: where it lives and its stub tasks."""
-
-    model_config = ConfigDict(frozen=True)
 
     dag_id: str
     bundle_name: str
@@ -66,6 +79,17 @@ class DagStubs(BaseModel):
     dag_hash: str = ""
     stubs: tuple[StubTask, ...] = ()
     problems: tuple[DagReadProblem, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready fields, nested ones included (the pass key digests them)."""
+        return {
+            "dag_id": self.dag_id,
+            "bundle_name": self.bundle_name,
+            "relative_fileloc": self.relative_fileloc,
+            "dag_hash": self.dag_hash,
+            "stubs": [stub.to_json() for stub in self.stubs],
+            "problems": [problem.to_json() for problem in self.problems],
+        }
 
 
 class DocumentError(ValueError):

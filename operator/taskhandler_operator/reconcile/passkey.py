@@ -57,8 +57,7 @@ def pass_key(
         "problems": [[p.rel_path, p.message] for p in problems],
         # A Dag named but not in the inventory any more is recorded as absent (None).
         "dags": [
-            [dag_id, None if dag_id not in dags else dags[dag_id].model_dump(mode="json")]
-            for dag_id in dag_ids
+            [dag_id, None if dag_id not in dags else dags[dag_id].to_json()] for dag_id in dag_ids
         ],
         "rows": list(rows),
     }

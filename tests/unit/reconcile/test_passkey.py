@@ -5,13 +5,14 @@ identity (every leader term has its own)."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from typing import Any
 
 import pytest
 
-from taskhandler_operator.airflow.serialized import DagStubs, StubTask
+from taskhandler_operator.airflow.serialized import DagStubs, StubTask, read_stubs
 from taskhandler_operator.artifacts.listing import ListingProblem
 from taskhandler_operator.artifacts.models import Candidate, Language
 from taskhandler_operator.reconcile.models import BundleSpec
@@ -32,7 +33,7 @@ INPUTS: dict[str, Any] = {
     "revision": "sha256:abc",
     "candidates": (Candidate("extract", 10, "sha256:1"),),
     "problems": (),
-    "dags": {"etl": DAG, "other": DAG.model_copy(update={"dag_id": "other"})},
+    "dags": {"etl": DAG, "other": dataclasses.replace(DAG, dag_id="other")},
     "dag_ids": ("etl",),
     "rows": (3, 100, 3, 101),
 }
@@ -72,8 +73,8 @@ def test_the_key_is_versioned_and_the_same_in_another_process() -> None:
         {"candidates": (Candidate("extract", 10, "sha256:2"),)},
         {"candidates": (Candidate("extract", 10, "sha256:1", error="broken"),)},
         {"problems": (ListingProblem("x", "too big"),)},
-        {"dags": {"etl": DAG.model_copy(update={"dag_hash": "h2"})}},
-        {"dags": {"etl": DAG.model_copy(update={"stubs": ()})}},
+        {"dags": {"etl": dataclasses.replace(DAG, dag_hash="h2")}},
+        {"dags": {"etl": dataclasses.replace(DAG, stubs=())}},
         {"dags": {}},  # the Dag left the inventory
         {"dag_ids": ("etl", "other")},
         {"rows": (3, 100, 3, 102)},
@@ -90,5 +91,52 @@ def test_the_writer_identity_and_other_dags_are_not_inputs() -> None:
     )
     assert key(spec=other_term) == key()
     # A Dag of the inventory that is not the bundle's (not in dag_ids) changes nothing.
-    changed = {"etl": DAG, "other": DAG.model_copy(update={"dag_id": "other", "dag_hash": "x"})}
+    changed = {"etl": DAG, "other": dataclasses.replace(DAG, dag_id="other", dag_hash="x")}
     assert key(dags=changed) == key()
+
+
+def test_a_dag_with_bindings_and_problems_keeps_its_key() -> None:
+    # Pinned: a key that moves with the code (here, how the inventory's classes serialise) turns
+    # every kept status stale after an upgrade, and every bundle makes a whole pass at once.
+    document = {
+        "__version": 3,
+        "dag": {
+            "dag_id": "d",
+            "tasks": [
+                {"__type": "operator", "__var": {"task_id": "a", "is_stub": True, "queue": "go"}},
+                {
+                    "__type": "operator",
+                    "__var": {
+                        "task_id": "b",
+                        "is_stub": True,
+                        "_is_mapped": True,
+                        "_arg_bindings": [
+                            {
+                                "name": "x",
+                                "kind": "xcom",
+                                "task_id": "a",
+                                "value_schema": {"type": "integer"},
+                            },
+                            {
+                                "name": "y",
+                                "kind": "literal",
+                                "value": {"k": [1, 2.5, None]},
+                                "from_default": True,
+                            },
+                        ],
+                    },
+                },
+                {"__type": "operator", "__var": {"task_id": "c", "is_stub": "yes"}},
+                {
+                    "__type": "operator",
+                    "__var": {"task_id": "d", "is_stub": True, "_arg_bindings": []},
+                },
+            ],
+        },
+    }
+    dag = read_stubs(document, dag_id="d", bundle_name="b", relative_fileloc="d.py", dag_hash="h")
+    assert [s.task_id for s in dag.stubs] == ["a", "b", "d"] and len(dag.problems) == 1
+    assert key(dags={"d": dag}, dag_ids=("d", "zz")) == (
+        "k1:fc0e6c36ca1390adbc93d59929defe173d554705949ef4f180d1b820a7a1bb1d"
+    )
+    assert key() == "k1:db9b88eb69ecb5d75fcfbb418aada8f422b10e640c1c9d2bd89bb29bcc572cd5"
