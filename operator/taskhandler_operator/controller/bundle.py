@@ -24,7 +24,7 @@ import os
 import random
 import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -189,6 +189,38 @@ def annotation_managers(
             if f"f:{key}" in owned and manager and when >= found.get(key, ("", ""))[0]:
                 found[key] = (when, manager)
     return {key: manager for key, (_when, manager) in found.items()}
+
+
+def slim_managed_fields(
+    meta: MutableMapping[str, Any], keys: Sequence[str] = CONTROL_ANNOTATIONS
+) -> None:
+    """Cut ``meta["managedFields"]`` down, in place, to what :func:`annotation_managers` reads.
+
+    kopf keeps every bundle's last watched object for its daemon, and the managedFields are
+    nearly half of it (about 16 KiB of Python objects for a bundle with 20 artifacts). Only the
+    entries owning one of ``keys`` stay, each with its manager, time and those keys alone, so
+    ``annotation_managers`` gives the same answer from what is left.
+    """
+    entries = meta.get("managedFields")
+    if not isinstance(entries, list):
+        return
+    kept: list[dict[str, Any]] = []
+    for entry in entries:
+        if not isinstance(entry, Mapping):
+            continue
+        owned = ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:annotations")
+        if not isinstance(owned, Mapping):
+            continue
+        mine: dict[str, Any] = {f"f:{key}": {} for key in keys if f"f:{key}" in owned}
+        if mine:
+            kept.append(
+                {
+                    "manager": entry.get("manager"),
+                    "time": entry.get("time"),
+                    "fieldsV1": {"f:metadata": {"f:annotations": mine}},
+                }
+            )
+    meta["managedFields"] = kept
 
 
 @dataclass

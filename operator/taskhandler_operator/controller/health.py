@@ -46,9 +46,10 @@ from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from prometheus_client import CollectorRegistry
-from prometheus_client.aiohttp import make_aiohttp_handler
+
+from taskhandler_operator.controller.exposition import encode_in_slices
 
 
 class Heartbeat:
@@ -245,7 +246,19 @@ def build_app(state: HealthState, registry: CollectorRegistry) -> web.Applicatio
     app = web.Application()
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", make_aiohttp_handler(registry))
+
+    async def metrics(request: web.Request) -> web.StreamResponse:
+        accept = ",".join(request.headers.getall(hdrs.ACCEPT, []))
+        content_type, pieces = encode_in_slices(registry, accept)
+        response = web.StreamResponse(headers={hdrs.CONTENT_TYPE: content_type})
+        response.enable_compression()  # gzip when the scraper accepts it (Prometheus does)
+        await response.prepare(request)
+        for piece in pieces:
+            await response.write(piece)
+        await response.write_eof()
+        return response
+
+    app.router.add_get("/metrics", metrics)
     return app
 
 

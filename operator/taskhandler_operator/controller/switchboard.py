@@ -31,12 +31,17 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import kopf
 
-from taskhandler_operator.controller.bundle import BundleInputs, delete_bundle, run_bundle
+from taskhandler_operator.controller.bundle import (
+    BundleInputs,
+    delete_bundle,
+    run_bundle,
+    slim_managed_fields,
+)
 from taskhandler_operator.controller.holds import run_held
 from taskhandler_operator.controller.runtime import OperatorRuntime
 from taskhandler_operator.controller.shardsync import bundle_deleted, bundle_selector
@@ -201,9 +206,14 @@ def build_registry(config: SwitchboardConfig) -> kopf.OperatorRegistry:
 
     @kopf.on.event(*bundles, registry=registry, id="wake-on-vanish")
     async def vanished(event: kopf.RawEvent, **_: Any) -> None:
+        # The event's own metadata (kopf's RawMeta is a TypedDict), edited in place below.
+        meta = cast("dict[str, Any]", (event.get("object") or {}).get("metadata") or {})
+        # kopf's event handlers run first, and kopf's daemon keeps this very object as the
+        # bundle's live body until the next event: keep only the managedFields a pass reads
+        # (a thousand bundles' full managedFields are about 16 MiB).
+        slim_managed_fields(meta)
         if event.get("type") != "DELETED":
             return
-        meta = (event.get("object") or {}).get("metadata") or {}
         namespace, name = meta.get("namespace") or "", meta.get("name") or ""
         # Gone from this shard's watch: deleted, or relabelled to another shard. kopf stops
         # the daemon of a deleted bundle only (controller/holds.py): stop a moved one here.

@@ -304,8 +304,10 @@ NOW = 10**18
 WINDOW = 2 * 10**9
 
 
-def _key(mtime_ns: int, ctime_ns: int) -> tuple[str, int, int, int, int, int]:
-    return ("go", 1, 2, 3, mtime_ns, ctime_ns)
+def _key(mtime_ns: int, ctime_ns: int, ino: int = 2) -> bytes:
+    # ListingCache.key of a stat result with these fields (device 1, size 3).
+    fields = (0o100755, ino, 1, 1, 0, 0, 3, 0, 0, 0, 0.0, 0.0, 0.0, 0, mtime_ns, ctime_ns)
+    return ListingCache.key(Language.GO, os.stat_result(fields))
 
 
 @pytest.mark.parametrize(
@@ -328,7 +330,7 @@ def test_the_racy_window_looks_at_mtime_and_ctime(
 def test_the_cache_evicts_the_least_recently_used() -> None:
     cache = ListingCache(max_entries=2, racy_window_ns=0)
     old = NOW - 1
-    first, second, third = (("go", 1, i, 3, old, old) for i in range(3))
+    first, second, third = (_key(old, old, ino=i) for i in range(3))
     cache.put(first, _CachedAnswer("a", None), NOW)
     cache.put(second, _CachedAnswer("b", None), NOW)
     assert cache.get(first, "a") is not None  # first is now the most recently used

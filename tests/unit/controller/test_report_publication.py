@@ -7,11 +7,16 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from taskhandler_operator.controller.bundle import BundleInputs, annotation_managers
+from taskhandler_operator.controller.bundle import (
+    BundleInputs,
+    annotation_managers,
+    slim_managed_fields,
+)
 from taskhandler_operator.controller.metrics import Metrics
 from taskhandler_operator.controller.report import Observation, bundle_status, transition_events
 from taskhandler_operator.kube.conditions import STALLS
@@ -171,6 +176,65 @@ def test_who_set_an_annotation_is_the_newest_manager_owning_it() -> None:
         }
     }
     assert BundleInputs.from_body(body).publish_control() == ("r2", "kubectl-annotate", None)
+
+
+def test_the_kept_managed_fields_name_the_same_managers() -> None:
+    approve, rollback = "langsdk.dev/approve-revision", "langsdk.dev/rollback-to"
+    status_fields: dict[str, Any] = {
+        "f:status": {"f:artifacts": {}, "f:conditions": {'k:{"type":"Ready"}': {}}}
+    }
+    fields: list[Any] = [
+        {
+            "manager": "kubectl-client-side-apply",
+            "operation": "Update",
+            "time": "2026-03-01T10:00:00Z",
+            "fieldsV1": {
+                "f:metadata": {"f:annotations": {f"f:{approve}": {}, "f:other": {}}},
+                "f:spec": {"f:bundleName": {}},
+            },
+        },
+        {
+            "manager": "taskhandler-operator",
+            "operation": "Update",
+            "subresource": "status",
+            "time": "2026-03-01T10:30:00Z",
+            "fieldsV1": status_fields,
+        },
+        {
+            "manager": "kubectl-annotate",
+            "time": "2026-03-01T11:00:00Z",
+            "fieldsV1": {"f:metadata": {"f:annotations": {f"f:{rollback}": {}}}},
+        },
+        {"manager": "kopf", "time": "2026-03-01T12:00:00Z", "fieldsV1": {"f:metadata": {}}},
+        "not an entry",
+    ]
+    before = annotation_managers(fields, [approve, rollback])
+    meta: dict[str, Any] = {"name": "b", "managedFields": fields}
+    slim_managed_fields(meta)
+    assert (
+        annotation_managers(meta["managedFields"], [approve, rollback])
+        == before
+        == {
+            approve: "kubectl-client-side-apply",
+            rollback: "kubectl-annotate",
+        }
+    )
+    # Only the entries owning a control annotation stay, and only with those keys.
+    assert meta["managedFields"] == [
+        {
+            "manager": "kubectl-client-side-apply",
+            "time": "2026-03-01T10:00:00Z",
+            "fieldsV1": {"f:metadata": {"f:annotations": {f"f:{approve}": {}}}},
+        },
+        {
+            "manager": "kubectl-annotate",
+            "time": "2026-03-01T11:00:00Z",
+            "fieldsV1": {"f:metadata": {"f:annotations": {f"f:{rollback}": {}}}},
+        },
+    ]
+    untouched: dict[str, object] = {"name": "b"}
+    slim_managed_fields(untouched)
+    assert untouched == {"name": "b"}
 
 
 def test_the_publication_metrics_have_the_names_the_chart_alerts_on() -> None:
