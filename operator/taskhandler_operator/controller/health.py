@@ -249,7 +249,10 @@ def build_app(state: HealthState, registry: CollectorRegistry) -> web.Applicatio
 
     async def metrics(request: web.Request) -> web.StreamResponse:
         accept = ",".join(request.headers.getall(hdrs.ACCEPT, []))
-        content_type, pieces = encode_in_slices(registry, accept)
+        # prometheus-client's name[] filter: only the families named (the benchmarks use it).
+        names = request.query.getall("name[]", [])
+        source = registry.restricted_registry(names) if names else registry
+        content_type, pieces = encode_in_slices(source, accept)
         response = web.StreamResponse(headers={hdrs.CONTENT_TYPE: content_type})
         response.enable_compression()  # gzip when the scraper accepts it (Prometheus does)
         await response.prepare(request)

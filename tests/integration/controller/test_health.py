@@ -79,6 +79,12 @@ async def test_metrics_endpoint_serves_the_registry() -> None:
         )
         assert status == 200 and content_type.startswith("application/openmetrics-text")
         assert body.rstrip().endswith("# EOF")
+        # prometheus-client's name[] filter (the benchmarks read two families this way).
+        status, body, _ = await get(
+            "/metrics", params=[("name[]", "taskhandler_operator_bindings")]
+        )
+        assert status == 200 and "taskhandler_operator_bindings{" in body
+        assert "reconcile_duration" not in body
 
 
 async def test_liveness_follows_armed_heartbeats() -> None:
