@@ -181,14 +181,21 @@ def annotation_managers(
     for entry in managed_fields:
         if not isinstance(entry, Mapping):
             continue
-        fields_v1 = entry.get("fieldsV1") or {}
-        owned = ((fields_v1.get("f:metadata") or {}).get("f:annotations")) or {}
+        owned = _owned_annotations(entry)
         when = str(entry.get("time") or "")
         manager = str(entry.get("manager") or "")
         for key in keys:
             if f"f:{key}" in owned and manager and when >= found.get(key, ("", ""))[0]:
                 found[key] = (when, manager)
     return {key: manager for key, (_when, manager) in found.items()}
+
+
+def _owned_annotations(entry: Any) -> Mapping[str, Any]:
+    """The ``f:annotations`` a managedFields entry owns (empty for anything else)."""
+    if not isinstance(entry, Mapping):
+        return {}
+    owned = ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:annotations")
+    return owned if isinstance(owned, Mapping) else {}
 
 
 def slim_managed_fields(
@@ -206,11 +213,7 @@ def slim_managed_fields(
         return
     kept: list[dict[str, Any]] = []
     for entry in entries:
-        if not isinstance(entry, Mapping):
-            continue
-        owned = ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:annotations")
-        if not isinstance(owned, Mapping):
-            continue
+        owned = _owned_annotations(entry)
         mine: dict[str, Any] = {f"f:{key}": {} for key in keys if f"f:{key}" in owned}
         if mine:
             kept.append(
