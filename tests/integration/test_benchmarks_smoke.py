@@ -223,5 +223,8 @@ def test_operator_benchmark_runs(tmp_path: Path) -> None:
     assert set(two["shards"]) == {"default", "b"}
     assert one["coverage"]["by_exactly_one"] == 4
     assert all(row["peak_rss_mib"] > 0 for row in two["shards"].values())
+    # The base: an operator of a shard no bundle is in, run alone; RSS is judged above it.
+    assert scaleout["base"]["shard"] == "empty" and scaleout["base"]["peak_rss_mib"] > 0
+    assert all("rss_above_base" in r for r in scaleout["ratios"].values())
     scaleout_rows = [r for r in targets if str(r["measure"]).startswith("scaleout ")]
-    assert len(scaleout_rows) == 5
+    assert len(scaleout_rows) == 6

@@ -1,9 +1,12 @@
 """The scale-out benchmark's pure parts (``benchmarks/_scaleout.py``): passes per bundle read from
-the operator's own metrics exposition, and which operator reconciled which bundle."""
+the operator's own metrics exposition, which operator reconciled which bundle, and the verdicts
+of the phase's targets."""
 
 from __future__ import annotations
 
-from benchmarks._scaleout import coverage, passes_by_bundle
+from typing import Any
+
+from benchmarks._scaleout import coverage, passes_by_bundle, rows, summarize
 from prometheus_client import generate_latest
 
 from taskhandler_operator.controller.metrics import Metrics
@@ -41,3 +44,56 @@ def test_coverage_of_one_shard_that_saw_everything() -> None:
     names = ["a", "b"]
     got = coverage(names, {"": {"a": 1.0, "b": 3.0}}, dict.fromkeys(names, ""))
     assert (got["by_exactly_one"], got["by_more_than_one"], got["by_none"]) == (2, 0, 0)
+
+
+def _result(one_mib: float, default_mib: float, b_mib: float, base_mib: float) -> dict[str, Any]:
+    def config(shards: dict[str, float], cpu: float, passes: float) -> dict[str, Any]:
+        return {
+            "first_passes_seconds": 60.0,
+            "passes": passes,
+            "apiserver_requests_per_pass": 0.002,
+            "coverage": {
+                "bundles": 2000,
+                "by_exactly_one": 2000,
+                "by_more_than_one": 0,
+                "by_none": 0,
+                "by_the_other_shard": 0,
+            },
+            "shards": {
+                shard: {"cpu_per_second": cpu, "peak_rss_mib": mib} for shard, mib in shards.items()
+            },
+        }
+
+    return {
+        "bundles": 2000,
+        "artifacts_per_bundle": 5,
+        "interval": "60s",
+        "base": {"peak_rss_mib": base_mib},
+        "one_shard": config({"default": one_mib}, 0.5, 3000),
+        "two_shards": config({"default": default_mib, "b": b_mib}, 0.24, 3000),
+    }
+
+
+def test_rss_is_judged_above_the_base_and_the_whole_process_ratio_is_only_printed() -> None:
+    # The figures of the 2026-12-03 08:49 run with a base of 120 MiB: each shard's whole-process
+    # ratio is above 0.55 (207/350, 237/350), the part above the base is not (87/230, 117/230).
+    got = summarize(_result(350.0, 207.0, 237.0, 120.0))
+    assert got["ratios"]["default"]["rss"] == 0.591
+    assert got["ratios"]["default"]["rss_above_base"] == 0.378
+    assert got["ratios"]["b"]["rss_above_base"] == 0.509
+    assert got["ok"]["rss"] is True and got["ok"]["cpu"] is True
+    table = {row["measure"].split(": ", 1)[1]: row for row in rows(got)}
+    judged = table["peak RSS per shard above the base, 2 shards vs 1"]
+    assert judged["result"] == "PASS"
+    assert "default 87 MiB = 0.38x" in judged["measured"] and "base 120 MiB" in judged["measured"]
+    whole = table["peak RSS per shard, whole process, 2 shards vs 1"]
+    assert whole["result"] == "-" and "default 207 MiB = 0.59x" in whole["measured"]
+
+
+def test_rss_above_the_base_fails_when_a_shard_keeps_most_of_the_share() -> None:
+    got = summarize(_result(350.0, 207.0, 300.0, 120.0))
+    assert got["ratios"]["b"]["rss_above_base"] == 0.783
+    assert got["ok"]["rss"] is False
+    # A single shard no bigger than the base has no share to divide: no ratio, no PASS.
+    flat = summarize(_result(120.0, 110.0, 110.0, 120.0))
+    assert flat["ratios"]["default"]["rss_above_base"] is None and flat["ok"]["rss"] is False
