@@ -54,6 +54,7 @@ from taskhandler_operator.controller.kubeapi import (
     NotFound,
 )
 from taskhandler_operator.controller.metrics import Metrics
+from taskhandler_operator.kube import names
 from taskhandler_operator.kube.probe_job import (
     PROBE_CONTAINER,
     BundleIdentity,
@@ -148,6 +149,18 @@ class JobSignals:
         """The Job as last seen by the watch, None when the watch has not (or no longer) seen it."""
         store = (self._jobs or {}).get((namespace, name))
         return next(iter(store), None) if store else None
+
+    def jobs_of(self, namespace: str, bundle_uid: str) -> list[dict[str, Any]]:
+        """The bundle's probe Jobs as last seen by the watch (its bundle-uid label)."""
+        found: list[dict[str, Any]] = []
+        for (job_namespace, _), store in (self._jobs or {}).items():
+            if job_namespace != namespace:
+                continue
+            for view in store:
+                labels = (view.get("metadata") or {}).get("labels") or {}
+                if labels.get(names.LABEL_BUNDLE_UID) == bundle_uid:
+                    found.append(view)
+        return found
 
     def pod(self, namespace: str, job_name: str) -> dict[str, Any] | None:
         """The newest pod of the Job as last seen by the watch (with ``backoffLimit: 0`` there
@@ -350,12 +363,22 @@ class JobProber:
         """Count the bundle's probe Jobs running in the cluster against the caps, once per pass
         before its first slot: Jobs a restarted operator adopts, or an earlier pass left
         running (their artifact changed since), take slots as the ones this pass creates do.
+        Listed from the apiserver only when the Job watch's index shows one to count.
         Those this pass does not wait for give their slot back when their Job finishes
         (the Job watch, controller/switchboard.py)."""
         async with self._observing:
             if self._observed:
                 return
             self._observed = True
+            if self.signals.watching:
+                # kopf fills its indices from each watch's first listing before it runs any
+                # other handler (the bundles' loops included), then follows the watch's events,
+                # so a Job the index does not show is not running. One it shows may be gone (a
+                # watch restarted after 410 Gone lists again, without deletions): the list
+                # below, the authority, is made only when the index shows one to count.
+                shown = self.signals.jobs_of(self.bundle.namespace, self.bundle.uid)
+                if not {_name(job) for job in shown if _running(job)} - self.slots.held(self.key):
+                    return
             try:
                 jobs = await self.kube.list_jobs(
                     self.bundle.namespace, probe_job_selector(self.bundle)

@@ -95,6 +95,40 @@ async def test_without_observing_the_running_jobs_were_not_counted() -> None:
     assert not slots.acquire(("ns", "b"), "b-1", 4)
 
 
+def view(name: str, uid: str, finished: str | None = None) -> dict[str, Any]:
+    """A Job as the watch's index keeps it (``job_view``): its labels say whose it is."""
+    got = job(name, finished)
+    got["metadata"]["labels"] = {"langsdk.dev/bundle-uid": uid}
+    return got
+
+
+async def test_with_the_job_watch_a_pass_lists_only_when_its_index_shows_a_running_job() -> None:
+    """kopf fills the watch's index from its first listing before any bundle's pass runs: when
+    it shows no running Job of the bundle beyond the ones this process holds there is nothing to
+    count, and no list; when it shows one, the list (the authority: an index entry can outlive
+    its Job) counts them."""
+    slots = JobSlots(capacity=3)
+    listed = Listing([])
+    a = prober("a", listed, slots)
+    quiet = {
+        ("ns", "a-2"): [view("a-2", "uid-a", "Complete")],
+        ("ns", "b-1"): [view("b-1", "uid-b")],  # another bundle's
+        ("other", "a-3"): [view("a-3", "uid-a")],  # another namespace
+    }
+    a.signals.attach(quiet, {})
+    await a._take_slot("a-9")
+    assert listed.selectors == []  # no request
+    assert slots.held(("ns", "a")) == {"a-9"}
+
+    listed = Listing([job("a-1"), job("a-2", "Complete")])
+    again = prober("a", listed, slots)  # the next pass, while a-1 of another process runs
+    again.signals.attach({**quiet, ("ns", "a-1"): [view("a-1", "uid-a")]}, {})
+    await again._take_slot("a-8")
+    assert len(listed.selectors) == 1
+    assert slots.held(("ns", "a")) == {"a-1", "a-8", "a-9"}
+    assert slots.available == 0
+
+
 class Holding(JobProber):
     """_probe answers at once, recording which revisions the store held meanwhile."""
 
