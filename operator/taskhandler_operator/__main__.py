@@ -1,5 +1,3 @@
-import sys
+from taskhandler_operator.cli import console_main
 
-from taskhandler_operator.cli import main
-
-sys.exit(main())
+console_main()

@@ -622,11 +622,17 @@ def test_a_whole_probe_imports_no_pydantic(
     assert modules.isdisjoint({"pydantic", "pydantic_core", "annotated_types"}), sorted(modules)
 
 
-def test_console_script_end_to_end(runtime_factory: RuntimeFactory, tmp_path: Path) -> None:
-    artifact = runtime_factory("go")
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_console_script_end_to_end(
+    language: str, runtime_factory: RuntimeFactory, tmp_path: Path
+) -> None:
+    # The console script ends a probe with os._exit (cli.console_main): the summary, the log
+    # and the termination message must all be out before it.
+    artifact = runtime_factory(language)
     termination_log = tmp_path / "termination"
+    argv = ["probe", str(artifact), "--language", language]
     proc = subprocess.run(
-        [sys.executable, "-m", "taskhandler_operator", "probe", str(artifact), "--language", "go"],
+        [sys.executable, "-m", "taskhandler_operator", *argv],
         env={**os.environ, "THOP_TERMINATION_LOG": str(termination_log)},
         capture_output=True,
         text=True,

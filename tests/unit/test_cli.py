@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -63,3 +65,55 @@ def test_unknown_command_lists_every_command(capsys: pytest.CaptureFixture[str])
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "invalid choice: 'prob'" in err and "probe" in err and "fetch" in err
+
+
+# The console script in a child interpreter, with an atexit handler that says when the
+# interpreter's ordinary teardown ran. stdout and stderr are pipes, so block-buffered: output a
+# fast exit did not flush would be missing.
+RUN_CONSOLE = """
+import atexit, sys
+atexit.register(lambda: print("teardown ran", flush=True))
+from taskhandler_operator.cli import console_main
+sys.argv = ["taskhandler-operator", *sys.argv[1:]]
+console_main()
+"""
+
+
+def _console(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", RUN_CONSOLE, *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_pod_commands_end_without_the_interpreter_teardown(tmp_path: Path) -> None:
+    # The probe of a file that is no artifact runs the whole driver and reports a refusal.
+    artifact = tmp_path / "etl"
+    artifact.write_bytes(b"not an artifact\n")
+    probe = _console("probe", str(artifact), "--language", "go", "--termination-log", "-")
+    assert probe.returncode == 3, probe.stderr[-2000:]
+    summary = json.loads(probe.stdout.splitlines()[-1])
+    assert summary["error_kind"] == "artifact_refused"
+    assert '"event": "probe summary"' in probe.stderr
+    assert "teardown ran" not in probe.stdout
+
+    fetch = _console("fetch", "--dest", str(tmp_path / "bundle"), "--manifest", "[]")
+    assert fetch.returncode == 0, fetch.stderr[-2000:]
+    assert fetch.stdout.startswith("fetched 0 file(s)")
+    assert "teardown ran" not in fetch.stdout
+
+    refused = _console("fetch", "--dest", str(tmp_path / "bundle"), "--manifest", "{")
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("fetch: ")
+
+
+def test_other_commands_end_the_ordinary_way(tmp_path: Path) -> None:
+    artifact = tmp_path / "etl"
+    artifact.write_bytes(b"not an artifact\n")
+    verify = _console("verify", str(artifact), "--language", "go")
+    assert verify.returncode != 0
+    assert verify.stdout.splitlines()[-1] == "teardown ran"
+    assert _console("--version").stdout.splitlines()[-1] == "teardown ran"

@@ -61,7 +61,7 @@ def test_the_operator_wheel_holds_the_operator_alone(tmp_path: Path) -> None:
     assert any(n.startswith("taskhandler_operator/db/migrations/versions/") for n in names)
     devenv = [n for n in names if "devenv" in n or "kubecluster" in n]
     assert devenv == [], "the development environment is not shipped"
-    assert "taskhandler-operator = taskhandler_operator.cli:main" in scripts
+    assert "taskhandler-operator = taskhandler_operator.cli:console_main" in scripts
 
 
 def _context_copies(dockerfile: Path) -> list[str]:
