@@ -214,14 +214,20 @@ def test_operator_benchmark_runs(tmp_path: Path) -> None:
     assert requests.get("create jobs") == 2 and requests.get("get pods/log", 0) >= 2
     assert watch["peak_rss_mib_after"] >= watch["peak_rss_mib_before"] > 0
     assert any(str(row["measure"]).startswith("apiserver requests per running") for row in targets)
-    # Scale-out: the same 4 bundles as one shard, then as two of 2 each; every bundle's passes
-    # counted per operator, each shard's CPU and RSS as a ratio to the single shard's.
+    # Scale-out: the same 4 bundles as one shard, then as two of 2 each, then as one shard
+    # again (the label removed); every bundle's passes counted per operator, each shard's CPU
+    # as a ratio to the mean of the single shard's two windows and its RSS to the first's.
     scaleout = document["scaleout"]
     assert isinstance(scaleout, dict) and scaleout["bundles"] == 4
     one, two = scaleout["one_shard"], scaleout["two_shards"]
-    assert one["operators"] == 1 and two["operators"] == 2
+    again = scaleout["one_shard_again"]
+    assert one["operators"] == 1 and two["operators"] == 2 and again["operators"] == 1
     assert set(two["shards"]) == {"default", "b"}
     assert one["coverage"]["by_exactly_one"] == 4
+    assert again["coverage"]["by_exactly_one"] == 4
+    singles = (one, again)
+    mean = sum(c["shards"]["default"]["cpu_per_second"] for c in singles) / 2
+    assert scaleout["one_shard_cpu_per_second"] == round(mean, 4)
     assert all(row["peak_rss_mib"] > 0 for row in two["shards"].values())
     # The base: an operator of a shard no bundle is in, run alone; RSS is judged above it.
     assert scaleout["base"]["shard"] == "empty" and scaleout["base"]["peak_rss_mib"] > 0

@@ -4,9 +4,16 @@ of the phase's targets."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
-from benchmarks._scaleout import coverage, passes_by_bundle, rows, summarize
+from benchmarks._scaleout import (
+    coverage,
+    passes_by_bundle,
+    rows,
+    single_cpu_per_second,
+    summarize,
+)
 from prometheus_client import generate_latest
 
 from taskhandler_operator.controller.metrics import Metrics
@@ -97,3 +104,25 @@ def test_rss_above_the_base_fails_when_a_shard_keeps_most_of_the_share() -> None
     # A single shard no bigger than the base has no share to divide: no ratio, no PASS.
     flat = summarize(_result(120.0, 110.0, 110.0, 120.0))
     assert flat["ratios"]["default"]["rss_above_base"] is None and flat["ok"]["rss"] is False
+
+
+def test_cpu_is_read_against_the_mean_of_the_single_shard_before_and_after() -> None:
+    # A B A: the single shard at 0.5 CPU-s per second before the two shards and 0.6 after
+    # (a machine slowing down); the shards' 0.3 is 0.55x of the mean 0.55, not 0.6x of 0.5.
+    result = _result(350.0, 207.0, 237.0, 120.0)
+    for shard in result["two_shards"]["shards"].values():
+        shard["cpu_per_second"] = 0.3025
+    result["one_shard_again"] = copy.deepcopy(result["one_shard"])
+    result["one_shard_again"]["shards"]["default"]["cpu_per_second"] = 0.6
+    assert single_cpu_per_second(result) == 0.55
+    got = summarize(result)
+    assert got["ratios"]["default"]["cpu"] == 0.55 and got["ok"]["cpu"] is True
+    table = {row["measure"].split(": ", 1)[1]: row for row in rows(got)}
+    cpu = table["CPU per second per shard, 2 shards vs 1"]
+    assert cpu["result"] == "PASS"
+    assert "(one shard 0.500 before, 0.600 after: mean 0.550)" in cpu["measured"]
+    # Against the first window alone it would fail: the mean is what the target reads.
+    del result["one_shard_again"]
+    alone = summarize(result)
+    assert alone["ratios"]["default"]["cpu"] == 0.605 and alone["ok"]["cpu"] is False
+    assert "(one shard 0.500)" in rows(alone)[0]["measured"]
