@@ -86,7 +86,9 @@ class Model:
 def cpu_model(scaleout: Mapping[str, Any]) -> tuple[float, float, str]:
     """``(p, c0, how)`` from one shard of N against two of N/2.
 
-    Two windows of a noisy machine can give the halves more CPU than the whole's half; the
+    The single shard's CPU per second is the one the phase's target reads: the mean of its
+    windows before and after the two shards (``one_shard_cpu_per_second``), when the run has
+    both. Two windows of a noisy machine can give the halves more CPU than the whole's half; the
     solution then has no meaning (a negative ``p`` or ``c0``), and the single shard's CPU per
     pass is taken as ``p`` with ``c0`` = 0, which overstates nothing.
     """
@@ -94,7 +96,7 @@ def cpu_model(scaleout: Mapping[str, Any]) -> tuple[float, float, str]:
     interval = parse_duration(scaleout["interval"]).total_seconds()
     one = scaleout["one_shard"]["shards"]["default"]
     halves = list(scaleout["two_shards"]["shards"].values())
-    cpu_one = one["cpu_per_second"]
+    cpu_one = scaleout.get("one_shard_cpu_per_second") or one["cpu_per_second"]
     cpu_half = statistics.fmean(h["cpu_per_second"] for h in halves)
     p = 2 * interval * (cpu_one - cpu_half) / n
     c0 = cpu_half - n * p / (2 * interval)

@@ -36,6 +36,19 @@ def test_cpu_model_solves_pass_cost_and_base_from_one_shard_and_two() -> None:
     assert how.startswith("solved")
 
 
+def test_cpu_model_reads_the_single_shard_as_the_target_does() -> None:
+    # With a second single-shard window (A B A) the phase records the mean of both, and the
+    # model solves from that mean, not from the first window alone.
+    p, c0 = 0.010, 0.05
+    one = c0 + 2000 / 60 * p
+    half = c0 + 1000 / 60 * p
+    scaleout = _scaleout(one - 0.04, (half, half))
+    scaleout["one_shard_cpu_per_second"] = one
+    got_p, got_c0, _ = sizing.cpu_model(scaleout)
+    assert got_p == pytest.approx(p)
+    assert got_c0 == pytest.approx(c0)
+
+
 def test_cpu_model_falls_back_when_the_halves_cost_more_than_the_whole() -> None:
     got_p, got_c0, how = sizing.cpu_model(_scaleout(0.30, (0.31, 0.33)))
     assert (got_p, got_c0) == (0.0125, 0.0)

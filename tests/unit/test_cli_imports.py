@@ -92,8 +92,18 @@ OTHER_READERS = ("taskhandler_operator.artifacts.listing",)
         # Each language imports its own reader only (artifacts/verify.py).
         ("go", "etl", ("taskhandler_operator.artifacts.typescript", *JAVA_READER, *OTHER_READERS)),
         # The Go reader's YAML parser is imported on first use, not by the verifier. A JAR's
-        # classpath is every JAR in the bundle, which the listing's walker finds.
-        ("java", "etl.jar", ("yaml",)),
+        # classpath is every JAR in the bundle, which the walk finds (artifacts/walk.py)
+        # without the listing and its other readers.
+        (
+            "java",
+            "etl.jar",
+            (
+                "yaml",
+                "taskhandler_operator.artifacts.go",
+                "taskhandler_operator.artifacts.typescript",
+                *OTHER_READERS,
+            ),
+        ),
         (
             "typescript",
             "etl.min.mjs",

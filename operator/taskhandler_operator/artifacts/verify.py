@@ -119,7 +119,8 @@ def _resolve_root(bundle_root: Path | None, resolved: Path) -> Path:
 
 def _classpath(root: Path, artifact: Path) -> list[tuple[str, Path]]:
     """Every ``*.jar`` under the root, sorted by POSIX relative path, as the JVM would get it."""
-    from taskhandler_operator.artifacts.listing import walk_files
+    # The walk alone, without the listing and its other languages' readers (walk.py).
+    from taskhandler_operator.artifacts.walk import walk_files
 
     try:
         walked = walk_files(root).files
