@@ -48,10 +48,14 @@ One run measures, each against a baseline measured in the same run where one app
   before and after the probes;
 * **scale-out by shards** (``benchmarks/_scaleout.py``): ``--scaleout-bundles`` bundles of
   ``--scaleout-artifacts`` unchanged artifacts as one shard, then the same bundles as two shards
-  of half each (the second half labelled ``langsdk.dev/shard: b``): each shard's CPU per second
-  and peak RSS over the single shard's (target ≤ 0.55 each), every bundle reconciled by exactly
-  one shard in the window (passes per bundle from each operator's metrics), apiserver requests
-  per pass of two shards over one's, and the time until every bundle's first pass in each.
+  of half each (the second half labelled ``langsdk.dev/shard: b``), then as one shard again:
+  each shard's CPU per second over the mean of the single shard's two windows and its peak RSS
+  above an operator with no bundles over the single shard's (target ≤ 0.55 each), every
+  bundle reconciled by exactly one shard in the window (passes per bundle from each operator's
+  metrics), apiserver requests per pass of two shards over one's, and the time until every
+  bundle's first pass in each;
+* **one probe's own cost** (``benchmarks/probe_cost.py``), first, before PostgreSQL and the
+  control plane start.
 
 Setting the numbers up. Probing 1,000 × 20 artifacts once would take hours on a small machine
 and measures nothing of the steady state, so the steady-state bundles' answers are recorded
@@ -1157,7 +1161,7 @@ def machine() -> dict[str, Any]:
 def checkpoint(result: dict[str, Any]) -> None:
     """Write the phases finished so far to ``operator-partial.json``.
 
-    A full run takes about 45 minutes and writes ``operator.json`` only at its end; a phase that
+    A full run takes about 55 minutes and writes ``operator.json`` only at its end; a phase that
     fails late would otherwise lose every earlier phase's figures.
     """
     write_json("operator-partial", {"phases_done": sorted(result), **result})

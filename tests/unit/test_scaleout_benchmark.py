@@ -4,6 +4,7 @@ of the phase's targets."""
 
 from __future__ import annotations
 
+import argparse
 import copy
 from typing import Any
 
@@ -13,6 +14,7 @@ from benchmarks._scaleout import (
     rows,
     single_cpu_per_second,
     summarize,
+    window_seconds,
 )
 from prometheus_client import generate_latest
 
@@ -126,3 +128,10 @@ def test_cpu_is_read_against_the_mean_of_the_single_shard_before_and_after() -> 
     alone = summarize(result)
     assert alone["ratios"]["default"]["cpu"] == 0.605 and alone["ok"]["cpu"] is False
     assert "(one shard 0.500)" in rows(alone)[0]["measured"]
+
+
+def test_the_default_window_is_a_whole_number_of_intervals() -> None:
+    # 1.5 intervals let a bundle's phase decide whether it passes once or twice in the window.
+    args = argparse.Namespace(scaleout_window=None, scaleout_interval="60s")
+    assert window_seconds(args) == 120.0
+    assert window_seconds(argparse.Namespace(scaleout_window=15.0, scaleout_interval="60s")) == 15
