@@ -430,14 +430,12 @@ def scaleout_phase(
     moved = bundles[half:]
     base = base_configuration(kube, namespace, url, work / "scaleout-base", args)
     log(f"scaleout base: peak RSS {base['peak_rss_mib']:.0f} MiB with no bundles")
-    single = run_configuration(
-        kube,
-        namespace,
-        bundles,
-        {"": shard_operator(kube, namespace, url, work / "scaleout-one", args, "")},
-        args,
-        "one shard",
-    )
+
+    def one_shard(folder: str, label: str) -> dict[str, Any]:
+        op = shard_operator(kube, namespace, url, work / folder, args, "")
+        return run_configuration(kube, namespace, bundles, {"": op}, args, label)
+
+    single = one_shard("scaleout-one", "one shard")
     log(f"scaleout: labelling {len(moved)} bundles {SHARD_LABEL}={SHARD}")
     relabel(kube, namespace, moved, SHARD)
     folder = work / "scaleout-two"
@@ -454,14 +452,7 @@ def scaleout_phase(
     )
     log(f"scaleout: removing the label from the {len(moved)} bundles of shard {SHARD!r}")
     relabel(kube, namespace, moved, "")
-    again = run_configuration(
-        kube,
-        namespace,
-        bundles,
-        {"": shard_operator(kube, namespace, url, work / "scaleout-one-again", args, "")},
-        args,
-        "one shard again",
-    )
+    again = one_shard("scaleout-one-again", "one shard again")
     expected = {n: ("" if i < half else SHARD) for i, n in enumerate(bundles)}
     everything = {n: "" for n in bundles}
     single["coverage"] = coverage(bundles, single.pop("window_passes"), everything)
