@@ -99,8 +99,14 @@ def configure(settings: kopf.OperatorSettings, shard: str = "") -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=KOPF_PREFIX, v1=False
     )
+    # The shard label is left out of the diff: moving a bundle to another shard changes nothing
+    # a pass reads, and as a diff it would cost the new shard an update handler and a write of
+    # this annotation per moved bundle, all at its start (docs/operator.md, "Shards").
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=KOPF_PREFIX, key="last-handled-configuration", v1=False
+        prefix=KOPF_PREFIX,
+        key="last-handled-configuration",
+        v1=False,
+        ignored_fields=[("metadata", "labels", names.LABEL_SHARD)],
     )
     settings.posting.reporting_component = names.MANAGER
     settings.posting.level = logging.WARNING  # our Events are posted by the reconciler

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import os
+from typing import Any, cast
 
 import kopf
 import pytest
@@ -53,6 +55,46 @@ def test_kopf_asks_the_apiserver_for_the_shards_bundles_and_every_probe_job(shar
     assert settings.watching.label_selectors.collect(PODS) == [
         "app.kubernetes.io/managed-by=taskhandler-operator,app.kubernetes.io/name=taskhandler-probe"
     ]
+
+
+def _essence_changed(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    """Whether kopf, configured as the operator configures it, sees a change from ``before``
+    (whose essence it stored as it does after a handler) to ``after``."""
+    settings = kopf.OperatorSettings()
+    configure(settings)
+    storage = settings.persistence.diffbase_storage
+    patch = kopf.Patch()
+    old = kopf.Body(cast("kopf.RawBody", before))
+    storage.store(body=old, patch=patch, essence=storage.build(body=old))
+    stored = copy.deepcopy(after)
+    stored["metadata"]["annotations"].update(patch["metadata"]["annotations"])
+    new = kopf.Body(cast("kopf.RawBody", stored))
+    return storage.fetch(body=new) != storage.build(body=new)
+
+
+def _bundle(labels: dict[str, str], spec: dict[str, Any], requested: str = "t0") -> dict[str, Any]:
+    annotations = {"langsdk.dev/reconcile-requested-at": requested}
+    meta = {"name": "b1", "namespace": "ns", "labels": labels, "annotations": annotations}
+    return {
+        "apiVersion": "langsdk.dev/v1alpha1",
+        "kind": names.KIND,
+        "metadata": meta,
+        "spec": spec,
+    }
+
+
+def test_moving_a_bundle_to_another_shard_is_not_a_change_for_kopf() -> None:
+    # A relabel must cost the new shard no update handler and no diff-base write per bundle.
+    spec = {"interval": "60s"}
+    unlabelled = _bundle({"team": "x"}, spec)
+    labelled = _bundle({"team": "x", names.LABEL_SHARD: "b"}, spec)
+    assert not _essence_changed(unlabelled, labelled)
+    assert not _essence_changed(labelled, unlabelled)
+    assert not _essence_changed(labelled, _bundle({"team": "x", names.LABEL_SHARD: "c"}, spec))
+    # Everything else still is: the spec, another label, the reconcile-request annotation.
+    assert _essence_changed(labelled, _bundle({"team": "x", names.LABEL_SHARD: "b"}, {}))
+    assert _essence_changed(unlabelled, _bundle({"team": "y"}, spec))
+    assert _essence_changed(unlabelled, _bundle({"team": "x"}, spec, requested="t1"))
 
 
 @pytest.mark.parametrize(
